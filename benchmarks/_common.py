@@ -1,0 +1,173 @@
+"""Shared plumbing for the side-by-side benchmarks: machine description, timing, JSON output.
+
+Every benchmark reports RATIOS measured in one process against a peer, with repetitions interleaved
+(A, B, A, B, ...) so that load from other users of a shared machine hits both sides alike; medians
+then discard the odd slow repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+
+
+def ensure_foxhunt_importable() -> None:
+    """Let ``python benchmarks/x.py`` run from a checkout where foxhunt is not pip-installed."""
+    try:
+        import foxhunt  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(REPO_ROOT / "src"))
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (platform's guess elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """What a reader needs to judge the numbers: CPU, cores, load, library versions, threads."""
+    import gymnasium
+    import numpy
+    import torch
+
+    info: dict[str, Any] = {
+        "cpu_model": cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "numpy": numpy.__version__,
+        "gymnasium": gymnasium.__version__,
+        "cuda": torch.cuda.is_available(),
+    }
+    try:
+        info["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
+    try:
+        import stable_baselines3
+
+        info["stable_baselines3"] = stable_baselines3.__version__
+    except ImportError:
+        info["stable_baselines3"] = None
+    return info
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def interleaved(
+    contenders: dict[str, Callable[[], float]], reps: int
+) -> dict[str, list[float]]:
+    """Run each contender once per repetition, in turn, rotating the starting one.
+
+    Each callable returns the figure of one repetition (e.g. updates/s). Rotating the order stops a
+    systematic first/second position effect (cache state, turbo) from favouring one side.
+    """
+    names = list(contenders)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(reps):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            out[name].append(float(contenders[name]()))
+    return out
+
+
+def per_rep_ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
+    """Ratios of paired repetitions (rep i of A over rep i of B)."""
+    return [a / b for a, b in zip(num, den, strict=True)]
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Wall seconds of one call."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--smoke", action="store_true", help="tiny run (seconds) to check that it works")
+    p.add_argument("--out", type=Path, default=None, help="JSON output (default benchmarks/results/)")
+    return p
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    """Write JSON atomically: temp file in the same directory, fsync, os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def finish(
+    name: str,
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    results: list[dict[str, Any]],
+    ratios: dict[str, float],
+    notes: str,
+    table: str,
+) -> dict[str, Any]:
+    """Assemble the common JSON layout, write it, print the markdown table; returns the payload."""
+    payload = {
+        "benchmark": name,
+        "command": f"python benchmarks/{name}.py" + (" --smoke" if args.smoke else ""),
+        "smoke": bool(args.smoke),
+        "machine": machine_info(),
+        "config": config,
+        "results": results,
+        "ratios": ratios,
+        "notes": notes,
+    }
+    out = args.out if args.out is not None else RESULTS_DIR / (
+        f"{name}.smoke.json" if args.smoke else f"{name}.json"
+    )
+    write_json(out, payload)
+    print(table)
+    print(f"\nwrote {out}")
+    return payload
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A small GitHub-markdown table (floats to 3 significant digits)."""
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,229 @@
+"""Learner throughput: foxhunt's optimizer step vs Stable-Baselines3's DQN.train, updates per second.
+
+Both sides run the same update on the same data: an MLP 256x256 Q-network on CartPole-v1
+observations, Huber loss (delta 1), global-norm clipping at 10, Adam, one torch thread, and replay
+sampling included in every update (SB3's ``train`` samples inside its loop; foxhunt's
+``DQNTrainer.train_step`` does too). Both replays are filled with the same random transitions.
+SB3's DQN is plain (not double) DQN, so the headline ratio uses foxhunt with ``double_q=False``;
+foxhunt's default double DQN (one more forward pass) is reported beside it. ``torch_minimal`` is a
+hand-written loop of the same maths with no bookkeeping at all: the floor any library could reach.
+
+Run: ``python benchmarks/learner_throughput.py [--smoke] [--out FILE.json] [--profile]``
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import _common as C
+
+C.ensure_foxhunt_importable()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+OBS_DIM, N_ACTIONS, GAMMA, LR, MAX_NORM = 4, 2, 0.99, 1e-4, 10.0
+HIDDEN = (256, 256)
+
+
+def random_transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The replay content both sides get: CartPole-shaped random transitions."""
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.standard_normal((n, OBS_DIM)).astype(np.float32),
+        "next_obs": rng.standard_normal((n, OBS_DIM)).astype(np.float32),
+        "actions": rng.integers(0, N_ACTIONS, size=n).astype(np.int64),
+        "rewards": rng.standard_normal(n).astype(np.float32),
+        "dones": (rng.random(n) < 0.05).astype(np.float32),
+    }
+
+
+def make_foxhunt(batch: int, data: dict[str, np.ndarray], double_q: bool) -> Any:
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    n = len(data["actions"])
+    hp = DQNHyperparameters(
+        learning_rate=LR, gamma=GAMMA, batch_size=batch, buffer_capacity=n, learning_starts=batch,
+        max_grad_norm=MAX_NORM, loss="huber", huber_delta=1.0, optimizer="adam",
+        hidden_sizes=HIDDEN, double_q=double_q, target_update_interval=10**9, device="cpu",
+        torch_threads=1, eval_interval=0, seed=0,
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    trainer.replay.add(
+        data["obs"], data["actions"], data["rewards"], data["next_obs"], data["dones"],
+        np.full(n, GAMMA, np.float32),
+    )
+    return trainer
+
+
+def make_sb3(batch: int, data: dict[str, np.ndarray]) -> Any:
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.logger import Logger
+
+    n = len(data["actions"])
+    model = DQN(
+        "MlpPolicy", "CartPole-v1", learning_rate=LR, buffer_size=n, learning_starts=0,
+        batch_size=batch, gamma=GAMMA, train_freq=1, gradient_steps=1,
+        target_update_interval=10**9, max_grad_norm=MAX_NORM,
+        policy_kwargs=dict(net_arch=list(HIDDEN)), device="cpu", seed=0,
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    rb = model.replay_buffer
+    assert rb is not None and rb.buffer_size == n and rb.n_envs == 1
+    rb.observations[:, 0] = data["obs"]
+    rb.next_observations[:, 0] = data["next_obs"]
+    rb.actions[:, 0, 0] = data["actions"]
+    rb.rewards[:, 0] = data["rewards"]
+    rb.dones[:, 0] = data["dones"]
+    rb.timeouts[:] = 0.0
+    rb.pos, rb.full = 0, True
+    return model
+
+
+class MinimalLoop:
+    """The same update written directly in torch: tensors preallocated, no host sync, no metrics."""
+
+    def __init__(self, batch: int, data: dict[str, np.ndarray]) -> None:
+        torch.manual_seed(0)
+        self.batch = batch
+        self.t = {k: torch.from_numpy(v) for k, v in data.items()}
+        layers: list[torch.nn.Module] = []
+        width = OBS_DIM
+        for h in HIDDEN:
+            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+            width = h
+        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(width, N_ACTIONS))
+        self.target = copy.deepcopy(self.net).requires_grad_(False)
+        self.params = list(self.net.parameters())
+        self.opt = torch.optim.Adam(self.params, lr=LR, foreach=True)
+        self.gen = torch.Generator().manual_seed(0)
+
+    def update(self) -> None:
+        idx = torch.randint(0, len(self.t["actions"]), (self.batch,), generator=self.gen)
+        obs, nxt = self.t["obs"][idx], self.t["next_obs"][idx]
+        act, rew, done = self.t["actions"][idx], self.t["rewards"][idx], self.t["dones"][idx]
+        with torch.no_grad():
+            target = rew + GAMMA * (1.0 - done) * self.target(nxt).max(dim=1).values
+        q = self.net(obs).gather(1, act[:, None]).squeeze(1)
+        loss = F.huber_loss(q, target)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, MAX_NORM, foreach=True)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def rate(fn: Any, n_updates: int) -> float:
+    t0 = time.perf_counter()
+    fn(n_updates)
+    return n_updates / (time.perf_counter() - t0)
+
+
+def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[str, Any]:
+    data = random_transitions(n_fill)
+    fox = make_foxhunt(batch, data, double_q=False)
+    fox2 = make_foxhunt(batch, data, double_q=True)
+    sb3 = make_sb3(batch, data)
+    minimal = MinimalLoop(batch, data)
+    torch.set_num_threads(1)  # after construction: nothing may have changed it back
+
+    def fox_n(trainer: Any) -> Any:
+        def run(n: int) -> None:
+            for _ in range(n):
+                trainer.train_step()
+
+        return run
+
+    def minimal_n(n: int) -> None:
+        for _ in range(n):
+            minimal.update()
+
+    runners = {
+        "foxhunt": fox_n(fox),
+        "foxhunt_double_q": fox_n(fox2),
+        "sb3": lambda n: sb3.train(gradient_steps=n, batch_size=batch),
+        "torch_minimal": minimal_n,
+    }
+    for run in runners.values():  # warm-up: allocator, optimizer state, lazy init
+        run(max(2, n_updates // 10))
+    per_rep = C.interleaved({k: (lambda r=r: rate(r, n_updates)) for k, r in runners.items()}, reps)
+    med = {k: C.median(v) for k, v in per_rep.items()}
+    fox_ratio = C.per_rep_ratios(per_rep["foxhunt"], per_rep["sb3"])
+    return {
+        "batch_size": batch,
+        "updates_per_rep": n_updates,
+        "reps": reps,
+        "updates_per_s_median": med,
+        "updates_per_s_reps": per_rep,
+        "ratio_foxhunt_vs_sb3": med["foxhunt"] / med["sb3"],
+        "ratio_foxhunt_vs_sb3_paired_median": C.median(fox_ratio),
+        "ratio_foxhunt_double_q_vs_sb3": med["foxhunt_double_q"] / med["sb3"],
+        "ratio_foxhunt_vs_torch_minimal": med["foxhunt"] / med["torch_minimal"],
+    }
+
+
+def profile(batch: int, n_fill: int, n_updates: int) -> None:
+    """Print where foxhunt's train_step spends its time (torch.profiler, CPU)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
+
+    fox = make_foxhunt(batch, random_transitions(n_fill), double_q=False)
+    torch.set_num_threads(1)
+    for _ in range(20):
+        fox.train_step()
+    with tprofile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(n_updates):
+            fox.train_step()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = C.parser(__doc__.splitlines()[0])
+    p.add_argument("--profile", action="store_true", help="print a torch.profiler table and exit")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.smoke:
+        n_fill, sizes, reps = 1_000, {64: 4, 256: 3}, 2
+    else:
+        n_fill, sizes, reps = 50_000, {64: 256, 256: 128}, 9
+    if args.profile:
+        profile(64, n_fill, 200)
+        return {}
+    results = [run_batch_size(b, n_fill, n, reps) for b, n in sizes.items()]
+    ratios: dict[str, float] = {}
+    for r in results:
+        b = r["batch_size"]
+        ratios[f"foxhunt_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_sb3"]
+        ratios[f"foxhunt_double_q_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_double_q_vs_sb3"]
+        ratios[f"foxhunt_vs_torch_minimal_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_torch_minimal"]
+    rows = []
+    for r in results:
+        m = r["updates_per_s_median"]
+        rows.append([
+            r["batch_size"], m["foxhunt"], m["foxhunt_double_q"], m["sb3"], m["torch_minimal"],
+            r["ratio_foxhunt_vs_sb3"], r["ratio_foxhunt_double_q_vs_sb3"],
+        ])
+    table = C.md_table(
+        ["batch", "foxhunt upd/s", "foxhunt double-Q upd/s", "SB3 upd/s", "torch minimal upd/s",
+         "foxhunt / SB3", "foxhunt double-Q / SB3"],
+        rows,
+    )
+    config = {
+        "network": f"MLP {OBS_DIM}-{'-'.join(map(str, HIDDEN))}-{N_ACTIONS} (ReLU)",
+        "loss": "huber (delta 1)", "max_grad_norm": MAX_NORM, "optimizer": "adam",
+        "learning_rate": LR, "torch_threads": 1, "replay_transitions": n_fill,
+        "replay_sampling_included": True, "target_sync": "disabled on both sides",
+    }
+    notes = (
+        "Median updates/s over interleaved repetitions (A, B, C, D rotating). foxhunt = "
+        "DQNTrainer.train_step with double_q=False (SB3's maths); foxhunt_double_q = the default "
+        "double DQN; sb3 = DQN.train(gradient_steps=N); torch_minimal = bare torch loop (floor)."
+    )
+    return C.finish("learner_throughput", args, config, results, ratios, notes, table)
+
+
+if __name__ == "__main__":
+    main()

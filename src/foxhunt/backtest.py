@@ -1,0 +1,657 @@
+"""Performance metrics, baselines and reports for trading policies.
+
+Conventions (shared by every function here):
+
+* Metric functions take **per-bar net log returns** (what :class:`~foxhunt.envs.trading.TradingEnv`
+  pays as reward), so they add up over time: total log return = ``sum(r)``.
+* A backtest period ``i`` runs from decision bar ``t`` (the position is filled at ``close[t]``) to
+  bar ``t + 1``. ``BacktestResult.timestamps[i]`` is the timestamp of bar ``t + 1`` (the end of the
+  period), ``equity[i]`` the equity there, ``costs[i]`` the cost paid at the fill. Per-regime
+  metrics label a period by the regime of bar ``t + 1``, whose return it earns.
+* Undefined ratios (Sharpe/Sortino with zero dispersion, Calmar with no drawdown, hit rate with
+  no exposure) are reported as ``0.0``, never inf/nan, so comparisons, hyperopt objectives and
+  JSON stay finite. Empty or non-finite inputs raise :class:`~foxhunt.errors.DataError`.
+* Baselines are simulated with :func:`simulate_positions`, which uses the env's own
+  :func:`~foxhunt.envs.trading.step_growth`, so agent and baselines pay identical costs.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from foxhunt.envs.trading import (
+    BANKRUPTCY_REWARD,
+    MAX_LEVERAGE,
+    TradingEnv,
+    TradingEnvConfig,
+    step_growth,
+    validate_market,
+)
+from foxhunt.errors import ConfigError, DataError
+from foxhunt.markets.arrays import MarketArrays
+
+_ZERO = 1e-12  # dispersion below this counts as zero (float noise on constant returns)
+
+
+# ---------------------------------------------------------------------------------------------
+# metric functions
+# ---------------------------------------------------------------------------------------------
+def _returns(log_returns: Any, name: str = "log_returns") -> np.ndarray:
+    r = np.asarray(log_returns, dtype=np.float64).ravel()
+    if r.size == 0:
+        raise DataError(f"{name}: empty array; metrics need at least one bar")
+    if not np.isfinite(r).all():
+        raise DataError(f"{name}: index {int(np.flatnonzero(~np.isfinite(r))[0])} is not finite")
+    return r
+
+
+def _positions(positions: Any, n: int | None = None) -> np.ndarray:
+    p = np.asarray(positions, dtype=np.float64).ravel()
+    if p.size == 0:
+        raise DataError("positions: empty array; metrics need at least one bar")
+    if n is not None and p.size != n:
+        raise DataError(f"positions: length {p.size} != {n} returns")
+    return p
+
+
+def total_return(log_returns: Any) -> float:
+    """Simple return over the whole span: ``exp(sum r) - 1``."""
+    return float(math.expm1(_returns(log_returns).sum()))
+
+
+def annualised_return(log_returns: Any, periods_per_year: float = 252) -> float:
+    """Compound annual growth rate: ``exp(mean(r) * periods_per_year) - 1``."""
+    return float(math.expm1(_returns(log_returns).mean() * periods_per_year))
+
+
+def annualised_volatility(log_returns: Any, periods_per_year: float = 252) -> float:
+    """Sample std (ddof=1) of log returns times ``sqrt(periods_per_year)``; 0 for one bar."""
+    r = _returns(log_returns)
+    if r.size < 2:
+        return 0.0
+    return float(r.std(ddof=1) * math.sqrt(periods_per_year))
+
+
+def sharpe(log_returns: Any, periods_per_year: float = 252) -> float:
+    """Annualised Sharpe ratio at zero risk-free rate, ``mean / std(ddof=1) * sqrt(ppy)``.
+
+    0.0 when the returns have no dispersion (e.g. always flat) or there is a single bar.
+    """
+    r = _returns(log_returns)
+    if r.size < 2:
+        return 0.0
+    sd = r.std(ddof=1)
+    return 0.0 if sd < _ZERO else float(r.mean() / sd * math.sqrt(periods_per_year))
+
+
+def sortino(log_returns: Any, periods_per_year: float = 252) -> float:
+    """Annualised Sortino ratio: ``mean / sqrt(mean(min(r, 0)^2)) * sqrt(ppy)`` (target 0).
+
+    The downside deviation averages over *all* bars (Sortino & Price's definition); 0.0 when
+    there is no losing bar, as the ratio is then undefined.
+    """
+    r = _returns(log_returns)
+    downside = math.sqrt(float(np.mean(np.minimum(r, 0.0) ** 2)))
+    return 0.0 if downside < _ZERO else float(r.mean() / downside * math.sqrt(periods_per_year))
+
+
+def equity_curve(log_returns: Any) -> np.ndarray:
+    """Equity after each bar, starting from 1.0 (the start itself is not included)."""
+    return np.exp(np.cumsum(_returns(log_returns)))
+
+
+def max_drawdown(log_returns: Any) -> float:
+    """Largest peak-to-trough fall of equity, as a positive fraction; the 1.0 start is a peak."""
+    log_eq = np.concatenate([[0.0], np.cumsum(_returns(log_returns))])
+    drawdown_log = np.maximum.accumulate(log_eq) - log_eq  # log(peak / equity) >= 0
+    return float(-math.expm1(-drawdown_log.max()))
+
+
+def calmar(log_returns: Any, periods_per_year: float = 252) -> float:
+    """Annualised return divided by max drawdown; 0.0 when there is no drawdown."""
+    mdd = max_drawdown(log_returns)
+    return 0.0 if mdd < _ZERO else annualised_return(log_returns, periods_per_year) / mdd
+
+
+def turnover(positions: Any, initial_position: float = 0.0) -> float:
+    """Mean ``|Δposition|`` per bar, including the first move from ``initial_position``."""
+    p = _positions(positions)
+    return float(np.abs(np.diff(p, prepend=initial_position)).mean())
+
+
+def hit_rate(positions: Any, log_returns: Any) -> float:
+    """Among bars holding a nonzero position, the share whose net pnl (after costs) is > 0.
+
+    0.0 when the strategy never holds a position.
+    """
+    r = _returns(log_returns)
+    held = _positions(positions, r.size) != 0.0
+    return float((r[held] > 0).mean()) if held.any() else 0.0
+
+
+def exposure(positions: Any) -> float:
+    """Share of bars holding a nonzero position."""
+    return float((_positions(positions) != 0.0).mean())
+
+
+def compute_metrics(
+    log_returns: Any,
+    positions: Any,
+    *,
+    initial_position: float = 0.0,
+    periods_per_year: float = 252,
+) -> dict[str, float]:
+    """All metrics of one contiguous run, keyed by name."""
+    r = _returns(log_returns)
+    p = _positions(positions, r.size)
+    return _metrics(r, p, np.abs(np.diff(p, prepend=initial_position)), periods_per_year)
+
+
+def _metrics(r: np.ndarray, p: np.ndarray, changes: np.ndarray, ppy: float) -> dict[str, float]:
+    """Metrics given precomputed |Δposition| (so regime subsets keep their true entry moves)."""
+    return {
+        "bars": float(r.size),
+        "total_log_return": float(r.sum()),
+        "total_return": total_return(r),
+        "annualised_return": annualised_return(r, ppy),
+        "annualised_volatility": annualised_volatility(r, ppy),
+        "sharpe": sharpe(r, ppy),
+        "sortino": sortino(r, ppy),
+        "max_drawdown": max_drawdown(r),
+        "calmar": calmar(r, ppy),
+        "turnover": float(changes.mean()),
+        "hit_rate": hit_rate(p, r),
+        "exposure": exposure(p),
+    }
+
+
+def oracle_capture(agent: BacktestResult, oracle: BacktestResult) -> float:
+    """Agent total log return / oracle total log return (share of the oracle's edge captured).
+
+    Negative when the agent loses money while the oracle gains. NaN when the oracle's own total
+    log return is <= 0: then it has no edge to capture and any ratio would mislead.
+    """
+    denominator = float(np.sum(oracle.net_log_returns))
+    if denominator <= 0.0:
+        return float("nan")
+    return float(np.sum(agent.net_log_returns)) / denominator
+
+
+# ---------------------------------------------------------------------------------------------
+# results and simulation
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class BacktestResult:
+    """One strategy's run over a span; arrays are per period (see the module docstring)."""
+
+    name: str
+    timestamps: np.ndarray  # [n] end of each period (bar t + 1)
+    positions: np.ndarray  # [n] position held over the period
+    net_log_returns: np.ndarray  # [n] log equity growth net of costs
+    costs: np.ndarray  # [n] cost paid at the period's fill, fraction of equity
+    equity: np.ndarray  # [n] equity at the end of the period (start = 1.0)
+    market_returns: np.ndarray  # [n] simple return of the asset over the period
+    start_timestamp: Any  # timestamp of the first decision bar (equity 1.0)
+    regime_labels: np.ndarray  # [n] int regime id per period used for per-regime metrics
+    regime_source: str  # "true" or "detected"
+    regime_names: tuple[str, ...]  # name per regime id
+    detected_regimes: np.ndarray  # [n] argmax of causal regime probabilities at bar t + 1
+    true_regimes: np.ndarray | None  # [n] or None
+    metrics: dict[str, float] = field(default_factory=dict)
+    per_regime: dict[str, dict[str, float]] = field(default_factory=dict)
+    bankrupt: bool = False
+
+
+def _regime_name(names: Sequence[str], k: int) -> str:
+    return names[k] if 0 <= k < len(names) else f"regime_{k}"
+
+
+def _build_result(
+    market: MarketArrays,
+    name: str,
+    config: TradingEnvConfig,
+    positions: np.ndarray,
+    log_returns: np.ndarray,
+    costs: np.ndarray,
+    equity: np.ndarray,
+    bankrupt: bool,
+    periods_per_year: float,
+) -> BacktestResult:
+    first = config.window - 1
+    n = len(market) - 1 - first
+    ends = slice(first + 1, first + 1 + n)  # bar t + 1 of each period
+    close = np.asarray(market.close, dtype=np.float64)
+    market_returns = close[ends] / close[first : first + n] - 1.0
+    detected = np.asarray(market.regime_probs)[ends].argmax(axis=1).astype(np.int64)
+    true = None if market.true_regimes is None else np.asarray(market.true_regimes)[ends]
+    labels, source = (true.astype(np.int64), "true") if true is not None else (detected, "detected")
+
+    changes = np.abs(np.diff(positions, prepend=config.initial_value))
+    metrics = _metrics(log_returns, positions, changes, periods_per_year)
+    metrics["final_equity"] = float(equity[-1])
+    metrics["total_cost"] = float(costs.sum())
+    per_regime: dict[str, dict[str, float]] = {}
+    for k in np.unique(labels):
+        mask = labels == k
+        per_regime[_regime_name(market.regime_names, int(k))] = _metrics(
+            log_returns[mask], positions[mask], changes[mask], periods_per_year
+        )
+    return BacktestResult(
+        name=name,
+        timestamps=np.asarray(market.timestamps)[ends],
+        positions=positions,
+        net_log_returns=log_returns,
+        costs=costs,
+        equity=equity,
+        market_returns=market_returns,
+        start_timestamp=np.asarray(market.timestamps)[first],
+        regime_labels=labels,
+        regime_source=source,
+        regime_names=tuple(market.regime_names),
+        detected_regimes=detected,
+        true_regimes=true,
+        metrics=metrics,
+        per_regime=per_regime,
+        bankrupt=bankrupt,
+    )
+
+
+def simulate_positions(
+    market: MarketArrays,
+    positions_per_bar: Any,
+    config: TradingEnvConfig,
+    name: str,
+    *,
+    periods_per_year: float = 252,
+) -> BacktestResult:
+    """Account a given position series exactly as :class:`TradingEnv` in eval mode would.
+
+    ``positions_per_bar`` is either one entry per market bar (length ``len(market)``; entry ``t``
+    is held from ``close[t]`` to ``close[t+1]``, entries before the first full window and the last
+    bar are ignored) or one per env step (length ``len(market) - window``). Values need not be in
+    ``config.positions`` (buy-and-hold is 1.0 whatever the action set) but must satisfy
+    ``|p| <= MAX_LEVERAGE``. After a wipe-out the remaining periods are flat with zero equity.
+    """
+    validate_market(market, config.window)
+    first = config.window - 1
+    n = len(market) - 1 - first
+    p = np.asarray(positions_per_bar, dtype=np.float64).ravel()
+    if p.size == len(market):
+        p = p[first : first + n]
+    elif p.size != n:
+        raise DataError(
+            f"positions_per_bar: length {p.size}; expected {len(market)} (one per bar) or "
+            f"{n} (one per step with window={config.window})"
+        )
+    if not np.isfinite(p).all() or np.abs(p).max() > MAX_LEVERAGE:
+        raise DataError(f"positions_per_bar: values must be finite with |p| <= {MAX_LEVERAGE}")
+    p = p.copy()
+    close = np.asarray(market.close, dtype=np.float64)
+    market_returns = close[first + 1 : first + 1 + n] / close[first : first + n] - 1.0
+    previous = np.concatenate([[config.initial_value], p[:-1]])
+    costs, growth = step_growth(previous, p, market_returns, config.cost_rate)
+    costs = np.asarray(costs, dtype=np.float64)
+
+    wiped = np.flatnonzero(growth <= 0.0)
+    bankrupt = wiped.size > 0
+    end = int(wiped[0]) if bankrupt else n
+    log_returns = np.zeros(n)
+    log_returns[:end] = np.log(growth[:end])
+    equity = np.zeros(n)
+    equity[:end] = np.cumprod(growth[:end])  # multiplied bar by bar, like the env
+    if bankrupt:
+        log_returns[end] = BANKRUPTCY_REWARD
+        p[end + 1 :] = 0.0
+        costs[end + 1 :] = 0.0
+    return _build_result(
+        market, name, config, p, log_returns, costs, equity, bankrupt, periods_per_year
+    )
+
+
+def run_policy(
+    market: MarketArrays,
+    act: Callable[[np.ndarray], int],
+    config: TradingEnvConfig,
+    name: str,
+    *,
+    periods_per_year: float = 252,
+) -> BacktestResult:
+    """Run ``act(observation) -> action index`` through a :class:`TradingEnv` in eval mode.
+
+    Sequential by necessity: each observation holds the current position, which depends on the
+    previous action. After a wipe-out the remaining periods are flat with zero equity.
+    """
+    env = TradingEnv(market, config, eval_mode=True)
+    n = env.max_steps
+    positions, log_returns, costs, equity = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    obs, _ = env.reset()
+    bankrupt = False
+    for i in range(n):
+        obs, reward, terminated, _, info = env.step(act(obs))
+        positions[i], log_returns[i] = info["position"], reward
+        costs[i], equity[i] = info["cost"], info["equity"]
+        if info["bankrupt"]:
+            bankrupt = True
+            break
+        if terminated:
+            break
+    return _build_result(
+        market, name, config, positions, log_returns, costs, equity, bankrupt, periods_per_year
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# baselines
+# ---------------------------------------------------------------------------------------------
+def buy_and_hold(
+    market: MarketArrays, config: TradingEnvConfig, *, periods_per_year: float = 252
+) -> BacktestResult:
+    """Hold 1.0 (fully long) from the first decision bar; pays one entry cost."""
+    return simulate_positions(
+        market, np.ones(len(market)), config, "buy & hold", periods_per_year=periods_per_year
+    )
+
+
+def flat(
+    market: MarketArrays, config: TradingEnvConfig, *, periods_per_year: float = 252
+) -> BacktestResult:
+    """Hold nothing (pays an exit cost only if ``config``'s initial position is not flat)."""
+    return simulate_positions(
+        market, np.zeros(len(market)), config, "flat", periods_per_year=periods_per_year
+    )
+
+
+def _run_lengths(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(label, length) of each maximal run of equal consecutive labels."""
+    starts = np.flatnonzero(np.diff(labels, prepend=labels[0] - 1) != 0)
+    lengths = np.diff(np.append(starts, labels.size))
+    return labels[starts], lengths
+
+
+def oracle_positions(reference: MarketArrays, config: TradingEnvConfig) -> dict[int, float]:
+    """Position the regime oracle takes in each true regime, learned on ``reference``.
+
+    For regime ``k`` with mean one-bar market return ``m_k`` and mean visit length ``d_k`` (in
+    bars) on the reference span, a position is worth taking when the expected gain over a visit
+    beats entering and leaving it, ``|m_k| * d_k > 2 * cost_rate``: long at ``max(positions)``
+    when ``m_k`` is positive, short at ``min(positions)`` when negative and the action set has a
+    short, otherwise the position closest to flat. Regimes unseen in the reference stay flat.
+    """
+    if reference.true_regimes is None:
+        raise DataError(
+            "reference.true_regimes: None; the regime oracle needs ground-truth regimes"
+        )
+    close = np.asarray(reference.close, dtype=np.float64)
+    if close.size < 2:
+        raise DataError(f"reference: {close.size} bars; the regime oracle needs at least 2")
+    rets = close[1:] / close[:-1] - 1.0
+    labels = np.asarray(reference.true_regimes, dtype=np.int64)[1:]  # regime of bar t + 1
+    run_labels, run_lengths = _run_lengths(labels)
+    longest, shortest = max(config.positions), min(config.positions)
+    neutral = min(config.positions, key=abs)
+    choice: dict[int, float] = {}
+    for k in np.unique(labels):
+        mean = float(rets[labels == k].mean())
+        duration = float(run_lengths[run_labels == k].mean())
+        edge = mean * duration
+        if edge > 2 * config.cost_rate and longest > 0:
+            choice[int(k)] = longest
+        elif edge < -2 * config.cost_rate and shortest < 0:
+            choice[int(k)] = shortest
+        else:
+            choice[int(k)] = neutral
+    return choice
+
+
+def regime_oracle(
+    market: MarketArrays,
+    config: TradingEnvConfig,
+    reference: MarketArrays,
+    *,
+    periods_per_year: float = 252,
+) -> BacktestResult:
+    """An upper-bound baseline that knows the true regime of the period it is about to hold.
+
+    At decision bar ``t`` it takes :func:`oracle_positions` for ``true_regimes[t + 1]``, with the
+    per-regime choice learned on ``reference`` (pass the training span, never the test span).
+    """
+    if market.true_regimes is None:
+        raise DataError("market.true_regimes: None; the regime oracle needs ground-truth regimes")
+    choice = oracle_positions(reference, config)
+    neutral = min(config.positions, key=abs)
+    upcoming = np.asarray(market.true_regimes, dtype=np.int64)[1:]
+    per_bar = np.full(len(market), neutral)
+    per_bar[:-1] = [choice.get(int(k), neutral) for k in upcoming]
+    return simulate_positions(
+        market, per_bar, config, "regime oracle", periods_per_year=periods_per_year
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------
+_COLUMNS = (
+    ("total_return", "Total return", "pct"),
+    ("annualised_return", "Ann. return", "pct"),
+    ("annualised_volatility", "Ann. vol", "pct"),
+    ("sharpe", "Sharpe", "num"),
+    ("sortino", "Sortino", "num"),
+    ("max_drawdown", "Max DD", "pct"),
+    ("calmar", "Calmar", "num"),
+    ("turnover", "Turnover", "num"),
+    ("hit_rate", "Hit rate", "pct"),
+    ("exposure", "Exposure", "pct"),
+)
+
+
+def _fmt(value: float, kind: str) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value * 100:.2f}%" if kind == "pct" else f"{value:.3f}"
+
+
+def _tables(
+    results: Sequence[BacktestResult],
+) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    """(header, overall rows, per-regime rows) as plain strings."""
+    header = ["Strategy", "Bars"] + [label for _, label, _ in _COLUMNS]
+    overall, regimes = [], []
+    for res in results:
+        cells = [_fmt(res.metrics[key], kind) for key, _, kind in _COLUMNS]
+        overall.append([res.name, str(int(res.metrics["bars"])), *cells])
+        for regime, m in res.per_regime.items():
+            cells = [_fmt(m[key], kind) for key, _, kind in _COLUMNS]
+            regimes.append([f"{res.name} / {regime}", str(int(m["bars"])), *cells])
+    return header, overall, regimes
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |"]
+    lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path``, fsync, then rename over it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _shade_regimes(ax: Any, x: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> None:
+    """Background band per regime: one artist per regime, not per run, so long spans stay cheap.
+
+    ``x`` holds the start plus each period's end (len(labels) + 1 points); a point is inside
+    regime ``k``'s band when the period ending there or the one starting there is in ``k``, so
+    adjacent bands meet without gaps.
+    """
+    from matplotlib import colormaps
+
+    ext = np.concatenate([labels[:1], labels])
+    for k in np.unique(labels):
+        inside = ext == k
+        inside[:-1] |= ext[1:] == k
+        ax.fill_between(
+            x,
+            0,
+            1,
+            where=inside,
+            transform=ax.get_xaxis_transform(),
+            color=colormaps["tab10"](int(k) % 10),
+            alpha=0.12,
+            linewidth=0,
+            label=_regime_name(names, int(k)),
+        )
+
+
+def _plot(results: Sequence[BacktestResult], title: str) -> bytes:
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+
+    main = results[0]
+    x = np.concatenate([[main.start_timestamp], main.timestamps])
+    fig = Figure(figsize=(11, 8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax_eq, ax_pos, ax_reg = fig.subplots(
+        3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1, 0.6]}
+    )
+    _shade_regimes(ax_eq, x, main.regime_labels, main.regime_names)
+    for res in results:
+        xs = np.concatenate([[res.start_timestamp], res.timestamps])
+        ax_eq.plot(xs, np.concatenate([[1.0], res.equity]), label=res.name, linewidth=1.2)
+    ax_eq.set_ylabel("equity")
+    ax_eq.set_title(title)
+    ax_eq.legend(loc="upper left", fontsize=8, ncol=2)
+    ax_eq.grid(alpha=0.3)
+
+    ax_pos.step(x, np.concatenate([[main.positions[0]], main.positions]), where="pre")
+    ax_pos.set_ylabel(f"position\n({main.name})", fontsize=8)
+    ax_pos.grid(alpha=0.3)
+
+    stripes = [("detected", main.detected_regimes)]
+    if main.true_regimes is not None:
+        stripes.insert(0, ("true", main.true_regimes))
+    for row, (_, regs) in enumerate(stripes):
+        ax_reg.scatter(
+            main.timestamps,
+            np.full(regs.size, row),
+            c=[colormaps["tab10"](int(k) % 10) for k in regs],
+            marker="|",
+            s=120,
+        )
+    ax_reg.set_yticks(range(len(stripes)), [s[0] for s in stripes], fontsize=8)
+    ax_reg.set_ylim(-0.6, len(stripes) - 0.4)
+    ax_reg.set_ylabel("regime", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _jsonable(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def write_report(
+    out_dir: str | Path, results: Sequence[BacktestResult], title: str
+) -> dict[str, Path]:
+    """Write ``equity.png``, ``report.md``, ``report.html`` and ``metrics.json`` into ``out_dir``.
+
+    ``results[0]`` is the primary strategy (the agent): its positions and regimes are plotted;
+    all results' equity curves are overlaid. The HTML embeds the PNG, so it is self-contained.
+    Returns the written paths keyed ``png``, ``markdown``, ``html``, ``json``.
+    """
+    if not results:
+        raise ConfigError("results: empty list; write_report needs at least one BacktestResult")
+    names = [res.name for res in results]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"results: strategy names must be unique, got {names}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "png": out / "equity.png",
+        "markdown": out / "report.md",
+        "html": out / "report.html",
+        "json": out / "metrics.json",
+    }
+    png = _plot(results, title)
+    _atomic_write(paths["png"], png)
+
+    header, overall, regimes = _tables(results)
+    source = results[0].regime_source
+    md = (
+        f"# {title}\n\n![equity curves]({paths['png'].name})\n\n## Overall\n\n"
+        f"{_markdown_table(header, overall)}\n\n## Per regime ({source} regimes)\n\n"
+        f"{_markdown_table(header, regimes)}\n"
+    )
+    _atomic_write(paths["markdown"], md.encode())
+
+    png_b64 = base64.b64encode(png).decode("ascii")
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin-bottom: 2em; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+img {{ max-width: 100%; }}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<img alt="equity curves" src="data:image/png;base64,{png_b64}">
+<h2>Overall</h2>
+{_html_table(header, overall)}
+<h2>Per regime ({html.escape(source)} regimes)</h2>
+{_html_table(header, regimes)}
+</body></html>
+"""
+    _atomic_write(paths["html"], page.encode())
+
+    payload = {
+        "title": title,
+        "results": {
+            res.name: {
+                "metrics": {k: _jsonable(v) for k, v in res.metrics.items()},
+                "per_regime": {
+                    reg: {k: _jsonable(v) for k, v in m.items()}
+                    for reg, m in res.per_regime.items()
+                },
+                "regime_source": res.regime_source,
+                "bankrupt": res.bankrupt,
+            }
+            for res in results
+        },
+    }
+    _atomic_write(paths["json"], json.dumps(payload, indent=2, allow_nan=False).encode())
+    return paths

@@ -1,0 +1,234 @@
+"""``foxhunt`` command line: train · resume · evaluate · report · hyperopt · data synth.
+
+User errors (bad config, data, checkpoint, arguments) print ONE line to stderr and exit 2; nothing is
+written for a run whose inputs fail validation, because every input is checked before the run
+directory is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from foxhunt.errors import ConfigError, FoxhuntError
+
+EXIT_USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors in one line (no usage dump) with exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USER_ERROR, f"foxhunt: error: {message}\n")
+
+
+def _positive_int(name: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be greater than 0, got: {value}")
+        return value
+
+    return parse
+
+
+def _non_negative_int(name: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got: {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be at least 0, got: {value}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="foxhunt", description="Exact DQN / Rainbow training for trading agents.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train an agent (default: regime-conditional trading agent "
+                                     "on the embedded synthetic market)")
+    t.add_argument("--env", help="Gymnasium env id with discrete actions (e.g. CartPole-v1)")
+    t.add_argument("--data", help="OHLCV file (CSV or Parquet) to train the trading agent on")
+    t.add_argument("--config", help="YAML file of hyperparameters (flat or sectioned)")
+    t.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a hyperparameter (or trading.X / market.X); repeatable")
+    t.add_argument("--total-steps", type=_positive_int("--total-steps"),
+                   help="environment steps to train for")
+    t.add_argument("--run-dir", help="output directory (default: runs/<time>-<env>)")
+    t.add_argument("--seed", type=_non_negative_int("--seed"))
+    t.add_argument("--no-progress", action="store_true", help="no live progress display")
+    t.add_argument("--force", action="store_true", help="replace an existing run directory")
+
+    r = sub.add_parser("resume", help="continue a run exactly from its latest checkpoint")
+    r.add_argument("run_dir")
+    r.add_argument("--total-steps", type=_positive_int("--total-steps"),
+                   help="new total environment steps (default: the run's own)")
+    r.add_argument("--no-progress", action="store_true")
+
+    e = sub.add_parser("evaluate", help="backtest a trained trading agent; writes RUN_DIR/backtest")
+    e.add_argument("run_dir")
+    e.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
+    e.add_argument("--split", default="test", help="train, validation, test or all (default test)")
+    e.add_argument("--episodes", type=_positive_int("--episodes"), default=10,
+                   help="greedy episodes (Gymnasium envs only)")
+
+    rep = sub.add_parser("report", help="plot a run's training curves into RUN_DIR/report")
+    rep.add_argument("run_dir")
+
+    h = sub.add_parser("hyperopt", help="Optuna hyperparameter search (shared storage scales out)")
+    h.add_argument("--env")
+    h.add_argument("--data")
+    h.add_argument("--config")
+    h.add_argument("--preset")
+    h.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    h.add_argument("--trials", type=_positive_int("--trials"), default=20)
+    h.add_argument("--total-steps", type=_positive_int("--total-steps"))
+    h.add_argument("--storage", help="Optuna storage URL (e.g. sqlite:///study.db) to share a study")
+    h.add_argument("--study-name", default="foxhunt")
+    h.add_argument("--run-dir", help="where to write the best configuration")
+    h.add_argument("--seed", type=_non_negative_int("--seed"))
+
+    d = sub.add_parser("data", help="market data tools")
+    dsub = d.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
+    s = dsub.add_parser("synth", help="write the synthetic regime-switching market to a CSV file")
+    s.add_argument("--out", required=True)
+    s.add_argument("--seed", type=_non_negative_int("--seed"), default=0)
+    s.add_argument("--bars", type=_positive_int("--bars"))
+    return p
+
+
+def _overrides(items: Sequence[str]) -> dict[str, Any]:
+    from foxhunt.config import parse_override
+
+    return dict(parse_override(i) for i in items)
+
+
+def _default_run_dir(spec: Any) -> Path:
+    name = spec.env or ("trading-" + (Path(spec.market.data).stem if spec.market.data
+                                      else "synthetic"))
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{name}"
+
+
+def _prepare_run_dir(path: Path, force: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
+    if path.is_dir() and any(path.iterdir()):
+        if not force:
+            raise ConfigError(f"--run-dir already holds files: {path} (use `foxhunt resume "
+                              f"{path}`, another --run-dir, or --force)")
+        shutil.rmtree(path)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from foxhunt.runs import build_spec
+    from foxhunt.session import run_training
+
+    if args.data is not None and not Path(args.data).exists():
+        raise FoxhuntError(f"--data file not found: {args.data}")
+    spec = build_spec(
+        env=args.env, data=args.data, config_file=args.config, preset_name=args.preset,
+        overrides=_overrides(args.overrides), total_steps=args.total_steps, seed=args.seed,
+    )
+    run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(spec)
+    _prepare_run_dir(run_dir, args.force)
+    run_training(spec, run_dir, progress=not args.no_progress)
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from foxhunt.session import resume_training
+
+    resume_training(Path(args.run_dir), total_steps=args.total_steps,
+                    progress=not args.no_progress)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from foxhunt.session import evaluate_run
+
+    out = evaluate_run(Path(args.run_dir), data=args.data, split=args.split,
+                       episodes=args.episodes)
+    print(json.dumps(out, indent=2, default=str))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from foxhunt.report import write_run_report
+
+    paths = write_run_report(Path(args.run_dir))
+    print(f"report written: {paths['index']}")
+    return 0
+
+
+def cmd_hyperopt(args: argparse.Namespace) -> int:
+    from foxhunt.hyperopt import run_hyperopt
+    from foxhunt.runs import build_spec
+
+    spec = build_spec(
+        env=args.env, data=args.data, config_file=args.config, preset_name=args.preset,
+        overrides=_overrides(args.overrides), total_steps=args.total_steps, seed=args.seed,
+    )
+    best = run_hyperopt(spec, n_trials=args.trials, storage=args.storage,
+                        study_name=args.study_name,
+                        run_dir=Path(args.run_dir) if args.run_dir else None)
+    print(json.dumps(best, indent=2))
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+
+    config = SyntheticMarketConfig(n_bars=args.bars) if args.bars else None
+    write_synthetic_csv(Path(args.out), config, seed=args.seed)
+    print(f"synthetic market written: {args.out}")
+    return 0
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "resume": cmd_resume,
+    "evaluate": cmd_evaluate,
+    "report": cmd_report,
+    "hyperopt": cmd_hyperopt,
+    "data": cmd_data,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: returns the exit code (0 ok, 2 user error, 130 interrupted)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except FoxhuntError as err:
+        print(f"foxhunt: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("foxhunt: interrupted (a checkpoint was saved when one was due)", file=sys.stderr)
+        return 130
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,396 @@
+"""Hyperparameters: one validated model, the single home of every default.
+
+Errors name the field and the value (``gradient_accumulation_steps must be greater than 0, got: 0``)
+because a user staring at a YAML file needs to know which line to fix. Every schedule is counted in
+optimizer steps (learning rate, target sync) or environment steps (exploration, PER beta), never in
+micro-batches, so ``gradient_accumulation_steps`` changes memory use and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+
+from foxhunt.errors import ConfigError
+
+StrictInt = Annotated[int, Strict()]
+PositiveInt = Annotated[int, Strict(), Field(gt=0)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader that reads ``1e-3`` as a float (YAML 1.2); PyYAML's 1.1 rules need ``1.0e-3``."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    """Turn pydantic's multi-line report into one line per problem, naming field and value."""
+    parts: list[str] = []
+    for e in err.errors(include_url=False):
+        field = ".".join(str(p) for p in e["loc"]) or "hyperparameters"
+        value = e.get("input")
+        ctx = e.get("ctx") or {}
+        kind = e["type"]
+        if kind == "greater_than":
+            msg = f"{field} must be greater than {ctx['gt']}, got: {value!r}"
+        elif kind == "greater_than_equal":
+            msg = f"{field} must be at least {ctx['ge']}, got: {value!r}"
+        elif kind == "less_than":
+            msg = f"{field} must be less than {ctx['lt']}, got: {value!r}"
+        elif kind == "less_than_equal":
+            msg = f"{field} must be at most {ctx['le']}, got: {value!r}"
+        elif kind in ("int_type", "int_parsing", "int_from_float"):
+            msg = f"{field} must be an integer, got: {value!r}"
+        elif kind in ("float_type", "float_parsing"):
+            msg = f"{field} must be a number, got: {value!r}"
+        elif kind == "finite_number":
+            msg = f"{field} must be finite, got: {value!r}"
+        elif kind == "bool_type" or kind == "bool_parsing":
+            msg = f"{field} must be true or false, got: {value!r}"
+        elif kind == "literal_error":
+            msg = f"{field} must be one of {ctx.get('expected')}, got: {value!r}"
+        elif kind == "extra_forbidden":
+            msg = f"unknown hyperparameter {field!r} (value {value!r})"
+        elif kind == "value_error":
+            msg = str(ctx.get("error", e["msg"]))
+        else:
+            msg = f"{field}: {e['msg']}, got: {value!r}"
+        parts.append(msg)
+    return "; ".join(parts)
+
+
+class DQNHyperparameters(BaseModel):
+    """Every knob of a foxhunt DQN / Rainbow run, validated when built.
+
+    The model is immutable; use :meth:`replace` to derive a variant (it re-validates).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True
+    )
+
+    # --- optimisation -----------------------------------------------------------------------
+    learning_rate: PositiveFloat = 1e-3
+    """Peak learning rate of the optimizer (after warmup)."""
+    gamma: Fraction = 0.99
+    """Discount factor per environment step."""
+    batch_size: PositiveInt = 64
+    """Micro-batch size: samples per forward/backward pass."""
+    gradient_accumulation_steps: PositiveInt = 1
+    """Micro-batches accumulated into one optimizer step (true accumulation, exact)."""
+    max_grad_norm: PositiveFloat | None = 10.0
+    """Clip the global gradient norm to this value once per optimizer step; None disables."""
+    optimizer: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    """Optimizer family."""
+    adam_eps: PositiveFloat = 1e-8
+    """Epsilon of Adam/AdamW/RMSprop denominators."""
+    weight_decay: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0
+    """L2 (decoupled for AdamW) weight decay."""
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = 0.0
+    """Momentum for SGD and RMSprop."""
+    lr_schedule: Literal["constant", "linear", "cosine", "step"] = "constant"
+    """Learning-rate schedule after warmup, counted in optimizer steps."""
+    lr_warmup_steps: NonNegativeInt = 0
+    """Optimizer steps of linear warmup from 0 to learning_rate."""
+    lr_decay_steps: PositiveInt = 100_000
+    """Optimizer steps over which linear/cosine decay reaches lr_final_ratio (after warmup)."""
+    lr_final_ratio: Fraction = 0.1
+    """Final learning rate as a fraction of learning_rate (linear and cosine)."""
+    lr_step_size: PositiveInt = 10_000
+    """Optimizer steps between multiplications by lr_step_gamma (step schedule)."""
+    lr_step_gamma: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 0.5
+    """Multiplicative factor of the step schedule."""
+    loss: Literal["huber", "mse"] = "huber"
+    """TD loss for scalar heads (quantile heads always use the quantile Huber loss)."""
+    huber_delta: PositiveFloat = 1.0
+    """Huber threshold (also kappa of the quantile Huber loss)."""
+
+    # --- replay and training cadence ----------------------------------------------------------
+    buffer_capacity: PositiveInt = 100_000
+    """Transitions kept in replay (preallocated)."""
+    learning_starts: NonNegativeInt = 1_000
+    """Environment steps of uniform-random collection before the first update."""
+    train_freq: PositiveInt = 4
+    """Environment steps (summed over parallel envs) between training rounds."""
+    gradient_steps: PositiveInt = 1
+    """Optimizer steps per training round."""
+    target_update_interval: PositiveInt = 1_000
+    """Optimizer steps between target-network updates."""
+    tau: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 1.0
+    """Target update coefficient: 1 copies (hard update), < 1 is a Polyak average."""
+
+    # --- exploration ----------------------------------------------------------------------------
+    exploration_initial_eps: Fraction = 1.0
+    """Epsilon at the first environment step."""
+    exploration_final_eps: Fraction = 0.05
+    """Epsilon after the exploration fraction of the run."""
+    exploration_fraction: Fraction = 0.1
+    """Share of total environment steps over which epsilon decays linearly."""
+
+    # --- network --------------------------------------------------------------------------------
+    hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
+    """Widths of the shared MLP torso."""
+    activation: Literal["relu", "tanh", "gelu"] = "relu"
+    """Torso activation."""
+    double_q: bool = True
+    """Double DQN: the online net picks the next action, the target net values it."""
+    dueling: bool = False
+    """Dueling heads: Q = V + A - mean(A)."""
+    distributional: Literal["none", "c51", "qr"] = "none"
+    """Return-distribution head: none (scalar Q), C51 (categorical) or QR-DQN (quantiles)."""
+    n_atoms: Annotated[int, Strict(), Field(ge=2)] = 51
+    """Atoms (C51) or quantiles (QR-DQN)."""
+    v_min: Annotated[float, Field(allow_inf_nan=False)] = -10.0
+    """Lower edge of the C51 support."""
+    v_max: Annotated[float, Field(allow_inf_nan=False)] = 10.0
+    """Upper edge of the C51 support."""
+    noisy_nets: bool = False
+    """Factorised-Gaussian noisy heads; noise is resampled once per optimizer step."""
+    noisy_sigma0: PositiveFloat = 0.5
+    """Initial noise scale of noisy layers (Fortunato et al. 2018, sigma_0)."""
+    regime_conditional: bool = False
+    """Per-regime heads selected by the regime estimate (the last n_regimes observation entries)."""
+    regime_gating: Literal["hard", "soft"] = "hard"
+    """hard: the argmax regime's head; soft: heads mixed by regime probabilities."""
+
+    # --- prioritized replay and n-step ---------------------------------------------------------
+    prioritized_replay: bool = False
+    """Proportional prioritized replay (Schaul et al. 2016)."""
+    per_alpha: Fraction = 0.6
+    """Priority exponent."""
+    per_beta_start: Fraction = 0.4
+    """Importance-sampling exponent at the first environment step."""
+    per_beta_end: Fraction = 1.0
+    """Importance-sampling exponent at the end of the annealing span."""
+    per_beta_fraction: Fraction = 1.0
+    """Share of total environment steps over which beta is annealed."""
+    per_eps: PositiveFloat = 1e-6
+    """Added to |TD error| so no transition gets zero priority."""
+    n_step: PositiveInt = 1
+    """Steps of the multi-step return."""
+
+    # --- system ---------------------------------------------------------------------------------
+    n_envs: PositiveInt = 1
+    """Parallel environments stepped together (gymnasium.vector)."""
+    vector_env: Literal["sync", "async"] = "sync"
+    """Vector-env backend; async runs each env in its own process."""
+    seed: NonNegativeInt = 0
+    """Seed for Python, NumPy, torch, replay sampling and environments."""
+    device: str = "auto"
+    """auto, cpu, cuda, cuda:N or mps."""
+    torch_threads: NonNegativeInt = 0
+    """Intra-op CPU threads for torch; 0 leaves torch's default."""
+    mixed_precision: Literal["off", "bf16", "fp16"] = "off"
+    """Autocast dtype for the forward pass; fp16 adds a gradient scaler (CUDA)."""
+    compile: bool = False
+    """torch.compile the network (opt-in; first steps are slower)."""
+    replay_on_device: bool = False
+    """Keep replay storage on the training device (GPU) instead of host memory."""
+
+    # --- evaluation, logging, checkpoints --------------------------------------------------------
+    eval_interval: NonNegativeInt = 10_000
+    """Environment steps between greedy evaluations; 0 disables."""
+    eval_episodes: PositiveInt = 10
+    """Episodes per greedy evaluation."""
+    log_interval: PositiveInt = 1_000
+    """Environment steps between metrics rows."""
+    checkpoint_interval: NonNegativeInt = 0
+    """Environment steps between checkpoints; 0 saves only at the end (and on Ctrl-C)."""
+    keep_checkpoints: PositiveInt = 3
+    """Checkpoints kept on disk."""
+
+    # --- health monitors --------------------------------------------------------------------------
+    max_consecutive_nonfinite: PositiveInt = 10
+    """Stop after this many optimizer steps in a row skipped for non-finite loss or gradients."""
+    q_divergence_bound: PositiveFloat | None = None
+    """|Q| above this is divergence; None derives it from reward_bound / (1 - gamma) * margin."""
+    q_divergence_margin: PositiveFloat = 10.0
+    """Safety factor on the theoretical Q bound."""
+    reward_bound: PositiveFloat | None = None
+    """Largest |reward| expected; None tracks the largest seen so far."""
+    q_divergence_policy: Literal["warn", "stop"] = "stop"
+    """What to do when Q diverges."""
+    grad_collapse_threshold: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 1e-10
+    """A pre-clip gradient norm below this counts towards gradient collapse."""
+    grad_collapse_steps: PositiveInt = 500
+    """Optimizer steps in a row below the threshold that make a collapse."""
+    grad_collapse_policy: Literal["warn", "stop"] = "warn"
+    """What to do on gradient collapse."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise ConfigError(_format_validation_error(err)) from None
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> DQNHyperparameters:
+        eff = self.effective_batch_size
+        if eff > self.buffer_capacity:
+            raise ValueError(
+                f"effective batch size (batch_size * gradient_accumulation_steps = "
+                f"{self.batch_size} * {self.gradient_accumulation_steps} = {eff}) must not exceed "
+                f"buffer_capacity, got: buffer_capacity={self.buffer_capacity}"
+            )
+        if self.learning_starts < eff:
+            raise ValueError(
+                f"learning_starts must be at least the effective batch size {eff} "
+                f"(batch_size * gradient_accumulation_steps), got: {self.learning_starts}"
+            )
+        if self.exploration_final_eps > self.exploration_initial_eps:
+            raise ValueError(
+                f"exploration_final_eps must not exceed exploration_initial_eps "
+                f"({self.exploration_initial_eps}), got: {self.exploration_final_eps}"
+            )
+        if self.v_min >= self.v_max:
+            raise ValueError(f"v_min must be less than v_max ({self.v_max}), got: {self.v_min}")
+        if not _DEVICE_RE.match(self.device):
+            raise ValueError(
+                f"device must be one of auto, cpu, cuda, cuda:N, mps, got: {self.device!r}"
+            )
+        if not self.hidden_sizes:
+            raise ValueError("hidden_sizes must name at least one layer, got: ()")
+        if self.mixed_precision == "fp16" and self.device in ("cpu", "mps"):
+            raise ValueError(
+                f"mixed_precision 'fp16' needs a CUDA device, got: device={self.device!r} "
+                "(use 'bf16' on CPU)"
+            )
+        return self
+
+    # --- derived values ---------------------------------------------------------------------------
+    @property
+    def effective_batch_size(self) -> int:
+        """Samples per optimizer step: batch_size * gradient_accumulation_steps."""
+        return self.batch_size * self.gradient_accumulation_steps
+
+    def replace(self, **changes: Any) -> DQNHyperparameters:
+        """A validated copy with some fields changed."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-able values (tuples become lists)."""
+        return self.model_dump(mode="json")
+
+    # --- presets ------------------------------------------------------------------------------------
+    @classmethod
+    def conservative(cls, **overrides: Any) -> DQNHyperparameters:
+        """Safe defaults: plain double DQN, modest LR, clipping on, no accumulation."""
+        base: dict[str, Any] = dict(
+            learning_rate=2.5e-4,
+            gamma=0.99,
+            batch_size=64,
+            gradient_accumulation_steps=1,
+            max_grad_norm=10.0,
+            optimizer="adam",
+            loss="huber",
+            target_update_interval=1_000,
+            tau=1.0,
+            double_q=True,
+        )
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def rainbow(cls, **overrides: Any) -> DQNHyperparameters:
+        """Rainbow (Hessel et al. 2018): double + dueling + PER + 3-step + C51 + noisy nets."""
+        base: dict[str, Any] = dict(
+            double_q=True,
+            dueling=True,
+            prioritized_replay=True,
+            per_alpha=0.5,
+            per_beta_start=0.4,
+            n_step=3,
+            distributional="c51",
+            n_atoms=51,
+            noisy_nets=True,
+            adam_eps=1.5e-4,
+            exploration_initial_eps=0.0,
+            exploration_final_eps=0.0,
+        )
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def trading(cls, **overrides: Any) -> DQNHyperparameters:
+        """The regime-conditional trading agent trained by ``foxhunt train`` with no arguments."""
+        return cls(**{**load_config_dict(_CONFIG_DIR / "trading.yaml"), **overrides})
+
+    @classmethod
+    def cartpole(cls, **overrides: Any) -> DQNHyperparameters:
+        """A configuration that solves CartPole-v1 quickly on a CPU (see configs/cartpole.yaml)."""
+        return cls(**{**load_config_dict(_CONFIG_DIR / "cartpole.yaml"), **overrides})
+
+    # --- files ---------------------------------------------------------------------------------------
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> DQNHyperparameters:
+        """Load a YAML file of hyperparameters (optionally under a ``hyperparameters:`` key)."""
+        data = load_config_dict(Path(path))
+        return cls(**{**data, **overrides})
+
+
+_CONFIG_DIR = Path(__file__).parent / "presets"
+
+
+def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
+    """Read a YAML mapping, with errors naming the file.
+
+    With ``flatten`` a sectioned run file yields just its ``hyperparameters`` section.
+    """
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0] if str(err) else "invalid YAML"
+        raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of hyperparameters, got: "
+                          f"{type(data).__name__}")
+    if flatten and "hyperparameters" in data:
+        section = data["hyperparameters"] or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"config file {path}: hyperparameters must be a mapping, got: "
+                              f"{type(section).__name__}")
+        return dict(section)
+    return data
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """Parse one ``key=value`` override; the value is read as YAML (``4``, ``1e-3``, ``[64, 64]``)."""
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value, got: {item!r}")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set expects key=value, got: {item!r}")
+    try:
+        value = yaml.load(raw, Loader=_YamlLoader) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key} must be finite, got: {raw!r}")
+    return key, value

@@ -1,0 +1,136 @@
+"""Health monitors: catch the failures that silently ruin long runs.
+
+Each monitor has a policy: ``warn`` records an event and logs it, ``stop`` raises
+:class:`~foxhunt.errors.TrainingHalted` (the trainer leaves the last good checkpoint in place).
+Non-finite environment output is always an error, because no policy can learn from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import EnvironmentStepError, TrainingHalted
+
+log = logging.getLogger("foxhunt.health")
+
+
+@dataclass
+class HealthEvent:
+    """One monitor firing."""
+
+    kind: str
+    env_steps: int
+    optimizer_steps: int
+    message: str
+
+
+@dataclass
+class HealthMonitor:
+    """Watches environment output and optimizer steps; counters are checkpointed with the run."""
+
+    hp: DQNHyperparameters
+    max_abs_reward: float = 0.0
+    collapse_run: int = 0
+    events: list[HealthEvent] = field(default_factory=list)
+
+    def check_env_step(
+        self, obs: np.ndarray, rewards: np.ndarray, env_steps: int
+    ) -> None:
+        """Raise on non-finite observations or rewards, naming the env step and env index."""
+        bad_obs = ~np.isfinite(obs).reshape(obs.shape[0], -1).all(axis=1)
+        bad_rew = ~np.isfinite(rewards)
+        if bad_obs.any() or bad_rew.any():
+            which = "observation" if bad_obs.any() else "reward"
+            env_i = int(np.flatnonzero(bad_obs | bad_rew)[0])
+            value = rewards[env_i] if which == "reward" else "non-finite entries"
+            raise EnvironmentStepError(
+                f"environment returned a non-finite {which} at env step {env_steps} "
+                f"(env index {env_i}): {value}"
+            )
+        if rewards.size:
+            self.max_abs_reward = max(self.max_abs_reward, float(np.abs(rewards).max()))
+
+    @property
+    def q_bound(self) -> float:
+        """|Q| beyond this is divergence: r_max / (1 - gamma) * margin, or the configured bound."""
+        hp = self.hp
+        if hp.q_divergence_bound is not None:
+            return hp.q_divergence_bound
+        r_max = hp.reward_bound if hp.reward_bound is not None else self.max_abs_reward
+        if r_max <= 0.0 or hp.gamma >= 1.0:
+            return math.inf
+        horizon = 1.0 / (1.0 - hp.gamma)
+        return max(r_max, 1e-8) * horizon * hp.q_divergence_margin
+
+    def check_update(
+        self,
+        *,
+        skipped: bool,
+        consecutive_skips: int,
+        pre_clip_norm: float,
+        q_abs_max: float,
+        env_steps: int,
+        optimizer_steps: int,
+    ) -> None:
+        """Apply the non-finite, Q-divergence and gradient-collapse monitors to one step."""
+        hp = self.hp
+        if skipped:
+            self._fire(
+                "nonfinite_gradients",
+                f"non-finite loss or gradients: optimizer step skipped "
+                f"({consecutive_skips} in a row)",
+                env_steps, optimizer_steps,
+                "stop" if consecutive_skips >= hp.max_consecutive_nonfinite else "warn",
+                detail=f"stopped after {consecutive_skips} consecutive non-finite steps "
+                f"(max_consecutive_nonfinite={hp.max_consecutive_nonfinite})",
+            )
+            return
+        bound = self.q_bound
+        if math.isfinite(q_abs_max) and q_abs_max > bound or not math.isfinite(q_abs_max):
+            self._fire(
+                "q_divergence",
+                f"Q divergence: max |Q| = {q_abs_max:.4g} exceeds bound {bound:.4g}",
+                env_steps, optimizer_steps, hp.q_divergence_policy,
+            )
+        if pre_clip_norm < hp.grad_collapse_threshold:
+            self.collapse_run += 1
+            if self.collapse_run == hp.grad_collapse_steps:
+                self._fire(
+                    "gradient_collapse",
+                    f"gradient collapse: pre-clip norm below {hp.grad_collapse_threshold:g} for "
+                    f"{hp.grad_collapse_steps} optimizer steps",
+                    env_steps, optimizer_steps, hp.grad_collapse_policy,
+                )
+        else:
+            self.collapse_run = 0
+
+    def _fire(
+        self, kind: str, message: str, env_steps: int, optimizer_steps: int, policy: str,
+        detail: str | None = None,
+    ) -> None:
+        self.events.append(HealthEvent(kind, env_steps, optimizer_steps, message))
+        where = f"at env step {env_steps}, optimizer step {optimizer_steps}"
+        if policy == "stop":
+            raise TrainingHalted(f"training stopped by health monitor: {detail or message} {where}")
+        log.warning("%s %s", message, where)
+
+    def count(self, kind: str) -> int:
+        """How many times ``kind`` fired."""
+        return sum(e.kind == kind for e in self.events)
+
+    def state_json(self) -> dict[str, object]:
+        return {
+            "max_abs_reward": self.max_abs_reward,
+            "collapse_run": self.collapse_run,
+            "events": [e.__dict__ for e in self.events],
+        }
+
+    def load_state(self, state: dict[str, object]) -> None:
+        self.max_abs_reward = float(state["max_abs_reward"])  # type: ignore[arg-type]
+        self.collapse_run = int(state["collapse_run"])  # type: ignore[call-overload]
+        self.events = [HealthEvent(**e) for e in state["events"]]  # type: ignore[union-attr]

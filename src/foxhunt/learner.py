@@ -1,0 +1,355 @@
+"""The optimization step: micro-batch backward, true accumulation, single-pass clipping.
+
+``backward_only`` runs one forward and exactly one backward pass per micro-batch and never steps
+the optimizer; gradients add up in ``.grad``. ``optimizer_step`` runs once per accumulation window:
+unscale (fp16), measure the global norm, clip once, step, schedule, reset gradients, resample
+noise and sync the target. With micro-batch losses scaled by ``len(micro) / effective_batch``
+the summed gradient equals the gradient of the mean loss over the whole effective batch, so
+``gradient_accumulation_steps`` changes memory use, never the update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from foxhunt import losses
+from foxhunt.batch import Batch
+from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import ConfigError
+from foxhunt.networks import QNetwork
+
+
+@dataclass(frozen=True)
+class GradientStats:
+    """What one optimizer step did to the accumulated gradients."""
+
+    pre_clip_norm: float
+    """Global L2 norm of the accumulated (unscaled) gradients before clipping."""
+    post_clip_norm: float
+    """Global L2 norm actually applied (equals max_grad_norm when clipping fired)."""
+    clipped: bool
+    """Whether clipping scaled the gradients down."""
+    lr: float
+    """Learning rate used by this step."""
+    skipped: bool = False
+    """True when gradients were non-finite and the step was skipped."""
+    optimizer_steps: int = 0
+    """Optimizer steps taken so far (skipped ones excluded)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MicroBatchResult:
+    """Detached outputs of one micro-batch backward (tensors: no host sync on the hot path)."""
+
+    loss: torch.Tensor
+    td_errors: torch.Tensor
+    q_mean: torch.Tensor
+    q_abs_max: torch.Tensor
+
+
+def resolve_device(name: str) -> torch.device:
+    """Map ``auto`` to CUDA when present, else CPU; reject devices that are not available."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device must be available, got: {name!r} (no CUDA device found)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device must be available, got: {name!r} (MPS not available)")
+    return dev
+
+
+def _lr_lambda(hp: DQNHyperparameters):  # type: ignore[no-untyped-def]
+    """Learning-rate multiplier as a function of optimizer steps taken."""
+    warm = hp.lr_warmup_steps
+
+    def fn(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        t = step - warm
+        if hp.lr_schedule == "constant":
+            return 1.0
+        if hp.lr_schedule == "step":
+            return hp.lr_step_gamma ** (t // hp.lr_step_size)
+        frac = min(1.0, t / hp.lr_decay_steps)
+        if hp.lr_schedule == "linear":
+            return 1.0 + (hp.lr_final_ratio - 1.0) * frac
+        cos = 0.5 * (1.0 + math.cos(math.pi * frac))  # cosine
+        return hp.lr_final_ratio + (1.0 - hp.lr_final_ratio) * cos
+
+    return fn
+
+
+def build_optimizer(params: list[nn.Parameter], hp: DQNHyperparameters) -> torch.optim.Optimizer:
+    """The configured optimizer, with foreach kernels (one launch per op for all parameters)."""
+    if hp.optimizer == "adam":
+        return torch.optim.Adam(
+            params, lr=hp.learning_rate, eps=hp.adam_eps, weight_decay=hp.weight_decay, foreach=True
+        )
+    if hp.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params, lr=hp.learning_rate, eps=hp.adam_eps, weight_decay=hp.weight_decay, foreach=True
+        )
+    if hp.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=hp.learning_rate, momentum=hp.momentum, weight_decay=hp.weight_decay,
+            foreach=True,
+        )
+    return torch.optim.RMSprop(
+        params, lr=hp.learning_rate, eps=hp.adam_eps, momentum=hp.momentum,
+        weight_decay=hp.weight_decay, foreach=True,
+    )
+
+
+class DQNAgent:
+    """Online and target Q-networks, optimizer, LR scheduler and the exact optimization step."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hyperparameters: DQNHyperparameters,
+        *,
+        n_regimes: int = 0,
+    ) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise ConfigError(
+                f"action space must be Discrete, got: {action_space} (DQN needs discrete actions)"
+            )
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise ConfigError(f"observation space must be a Box, got: {observation_space}")
+        hp = hyperparameters
+        self.hp = hp
+        self.device = resolve_device(hp.device)
+        self.n_actions = int(action_space.n)
+        self.obs_dim = int(np.prod(observation_space.shape))
+        if hp.regime_conditional and n_regimes < 1:
+            raise ConfigError(
+                "regime_conditional must be false for an environment without regimes, got: true "
+                "(the environment reports no n_regimes)"
+            )
+        self.online_net = QNetwork(self.obs_dim, self.n_actions, hp, n_regimes).to(self.device)
+        self.target_net = copy.deepcopy(self.online_net)
+        self.target_net.requires_grad_(False)
+        self.noise_generator = torch.Generator().manual_seed(hp.seed + 7919)
+        if self.online_net.is_noisy:
+            self.online_net.reset_noise(self.noise_generator)
+            self.target_net.reset_noise(self.noise_generator)
+        self.params = [p for p in self.online_net.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(self.params, hp)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(hp))
+        self.autocast_dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[
+            hp.mixed_precision
+        ]
+        self.scaler = (
+            torch.amp.GradScaler(self.device.type) if hp.mixed_precision == "fp16" else None
+        )
+        self.rng = np.random.default_rng(hp.seed + 104729)
+        self.optimizer_steps = 0
+        self.skipped_steps = 0
+        self.consecutive_skips = 0
+        self._forward_net: nn.Module = self.online_net
+        if hp.compile:
+            self._forward_net = torch.compile(self.online_net)  # type: ignore[assignment]
+        self._ddp: nn.Module | None = None
+
+    # --- data parallel ----------------------------------------------------------------------
+    def enable_data_parallel(self, **ddp_kwargs: Any) -> None:
+        """Wrap the online net in DistributedDataParallel (call after init_process_group).
+
+        Micro-batches other than the last of each window run under ``no_sync`` so gradients are
+        all-reduced once per optimizer step, not once per micro-batch.
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self._ddp = DDP(self.online_net, **ddp_kwargs)
+        self._forward_net = self._ddp
+
+    def _sync_context(self, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        if self._ddp is not None and not sync:
+            return self._ddp.no_sync()  # type: ignore[operator]
+        return contextlib.nullcontext()
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    # --- loss -----------------------------------------------------------------------------------
+    def compute_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-sample loss, TD errors (priority signal) and Q(s, a) of the taken actions."""
+        hp = self.hp
+        discounts = batch.discounts if batch.discounts is not None else torch.full_like(
+            batch.rewards, hp.gamma
+        )
+        with self._autocast():
+            out = self._forward_net(batch.obs)
+        net = self.online_net
+        actions = batch.actions.long()
+        with torch.no_grad():
+            next_target = self.target_net(batch.next_obs)
+            if hp.double_q:
+                with self._autocast():
+                    next_online = self._forward_net(batch.next_obs)
+                next_actions = net.q_values(next_online).argmax(dim=1)
+            else:
+                next_actions = net.q_values(next_target).argmax(dim=1)
+            next_taken = _take(next_target.float(), next_actions)
+        taken = _take(out.float(), actions)
+        if hp.distributional == "none":
+            with torch.no_grad():
+                target = losses.td_target(batch.rewards, discounts, batch.dones, next_taken)
+            loss, td = losses.scalar_td_loss(taken, target, hp.loss, hp.huber_delta)
+            q_taken = taken.detach()
+        elif hp.distributional == "c51":
+            with torch.no_grad():
+                target = losses.categorical_projection(
+                    next_taken.softmax(dim=-1), batch.rewards, discounts, batch.dones, net.support
+                )
+            loss, td = losses.categorical_loss(taken, target)
+            q_taken = (taken.detach().softmax(dim=-1) * net.support).sum(dim=-1)
+        else:
+            with torch.no_grad():
+                target = losses.td_target(
+                    batch.rewards[:, None], discounts[:, None], batch.dones[:, None], next_taken
+                )
+            loss, td = losses.quantile_huber_loss(taken, target, hp.huber_delta)
+            q_taken = taken.detach().mean(dim=-1)
+        return loss, td.detach(), q_taken
+
+    # --- the optimization step --------------------------------------------------------------------
+    def backward_micro_batch(
+        self, batch: Batch, scale: float, *, sync: bool = True
+    ) -> MicroBatchResult:
+        """Forward, loss * scale, exactly one backward pass; no optimizer step, no host sync.
+
+        ``scale`` is ``len(batch) / effective_batch_size``: the micro-batch mean times it sums to
+        the mean over the window. Importance weights, when present, were normalised over the whole
+        window by the replay buffer, so they need no further care here.
+        """
+        self.online_net.train()
+        with self._sync_context(sync):
+            per_sample, td, q_taken = self.compute_loss(batch)
+            weighted = per_sample if batch.weights is None else per_sample * batch.weights
+            loss = weighted.mean()
+            scaled = loss * scale
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()
+        return MicroBatchResult(loss.detach(), td, q_taken.mean(), q_taken.abs().max())
+
+    def backward_only(self, batch: Batch, scale: float = 1.0, *, sync: bool = True) -> float:
+        """Accumulate ``scale * loss(batch)`` gradients with one backward pass; return the loss."""
+        return float(self.backward_micro_batch(batch, scale, sync=sync).loss)
+
+    def optimizer_step(self) -> GradientStats:
+        """Clip once by global norm, step, schedule, reset gradients (to None), resample noise.
+
+        Non-finite gradients skip the step: parameters, optimizer and scheduler are untouched, the
+        gradients are dropped and the stats say ``skipped``.
+        """
+        hp = self.hp
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            raise RuntimeError("optimizer_step called with no accumulated gradients")
+        pre = torch.nn.utils.get_total_norm(grads, foreach=True)
+        pre_f = float(pre)  # the one host sync per step: decides skip vs step
+        if not math.isfinite(pre_f):
+            if self.scaler is not None:
+                self.scaler.update()  # lowers the loss scale; no optimizer state is touched
+            self.zero_grad()
+            self.skipped_steps += 1
+            self.consecutive_skips += 1
+            return GradientStats(pre_f, float("nan"), False, lr, True, self.optimizer_steps)
+        clipped = False
+        post_f = pre_f
+        if hp.max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(self.params, hp.max_grad_norm, pre, foreach=True)
+            # clip_grads_with_norm_ multiplies by min(1, max_norm / (norm + 1e-6)).
+            coef = min(1.0, hp.max_grad_norm / (pre_f + 1e-6))
+            clipped = coef < 1.0
+            post_f = pre_f * coef
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.zero_grad()
+        self.optimizer_steps += 1
+        self.consecutive_skips = 0
+        if self.online_net.is_noisy:
+            self.online_net.reset_noise(self.noise_generator)
+            self.target_net.reset_noise(self.noise_generator)
+        if self.optimizer_steps % hp.target_update_interval == 0:
+            self.sync_target()
+        return GradientStats(pre_f, post_f, clipped, lr, False, self.optimizer_steps)
+
+    def zero_grad(self) -> None:
+        """Drop accumulated gradients (set to None, so no memory is held between windows)."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def sync_target(self, tau: float | None = None) -> None:
+        """Hard copy (tau = 1) or Polyak average of online into target parameters and buffers."""
+        tau = self.hp.tau if tau is None else tau
+        online = list(self.online_net.parameters())
+        target = list(self.target_net.parameters())
+        if tau >= 1.0:
+            torch._foreach_copy_(target, online)
+        else:
+            torch._foreach_lerp_(target, online, tau)
+        # Buffers (noise samples, the C51 support) are not synced: the target draws its own noise.
+
+    # --- acting ---------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
+        """argmax_a Q(obs, a) for a batch of observations."""
+        x = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
+        if x.dim() == 1:
+            x = x[None]
+        return self.online_net.q_values(self.online_net(x)).argmax(dim=1).cpu().numpy()
+
+    def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray | int:
+        """Epsilon-greedy actions for a batch (or one observation, returning an int)."""
+        single = np.asarray(obs).ndim == 1
+        greedy = self.greedy_actions(obs)
+        if epsilon > 0.0:
+            explore = self.rng.random(greedy.shape[0]) < epsilon
+            if explore.any():
+                randoms = self.rng.integers(0, self.n_actions, size=greedy.shape[0])
+                greedy = np.where(explore, randoms, greedy)
+        return int(greedy[0]) if single else greedy
+
+    @contextlib.contextmanager
+    def evaluation(self) -> Iterator[None]:
+        """Noise off (mean weights) for deterministic greedy evaluation."""
+        self.online_net.eval()
+        try:
+            yield
+        finally:
+            self.online_net.train()
+
+
+def _take(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Select ``values[i, actions[i]]`` for ``[B, A]`` or ``[B, A, N]`` tensors."""
+    if values.dim() == 2:
+        return values.gather(1, actions[:, None]).squeeze(1)
+    idx = actions[:, None, None].expand(-1, 1, values.shape[-1])
+    return values.gather(1, idx).squeeze(1)

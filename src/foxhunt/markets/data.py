@@ -1,0 +1,473 @@
+"""Load and validate OHLCV market data, and split it chronologically.
+
+Real files differ in column names, date formats and quality. :func:`load_ohlcv` accepts the common
+variants and returns one canonical frame; anything it cannot trust raises :class:`DataError` with
+one line naming the file, the column, the row and the offending value, so a user can fix the file
+without reading a traceback.
+
+Canonical frame: a ``DatetimeIndex`` named ``timestamp`` (UTC, timezone-naive, ``datetime64[ns]``),
+float64 columns ``open, high, low, close, volume``, plus an int64 ``regime`` column when the source
+has one (files written by :func:`foxhunt.markets.synthetic.write_synthetic_csv`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from foxhunt.errors import ConfigError, DataError
+
+__all__ = [
+    "OHLCV_COLUMNS",
+    "Splits",
+    "load_ohlcv",
+    "split_chronological",
+    "walk_forward",
+]
+
+OHLCV_COLUMNS: tuple[str, ...] = ("open", "high", "low", "close", "volume")
+_PRICE_COLUMNS = ("open", "high", "low", "close")
+
+# Normalised header (lower case, '_'/'-' -> ' ', spaces collapsed) -> canonical column.
+_ALIASES: dict[str, str] = {
+    "open": "open",
+    "o": "open",
+    "high": "high",
+    "h": "high",
+    "low": "low",
+    "l": "low",
+    "close": "close",
+    "c": "close",
+    "volume": "volume",
+    "vol": "volume",
+    "v": "volume",
+    "regime": "regime",
+}
+# Adjusted close is only a fallback: mixing it with unadjusted open/high/low is usually wrong.
+_ADJ_CLOSE = {"adj close", "adjclose", "adjusted close"}
+# Timestamp column names, in order of preference.
+_TIMESTAMP_ALIASES = (
+    "timestamp",
+    "datetime",
+    "date",
+    "time",
+    "open time",
+    "ts",
+    "unnamed: 0",
+    "index",
+    "",
+)
+_MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
+# Relative slack for the high/low consistency checks: values written to CSV with limited
+# precision may disagree in the last digits; anything larger is a real data error.
+_OHLC_RTOL = 1e-9
+_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
+
+
+def _norm(name: object) -> str:
+    text = str(name).strip().lower().replace("_", " ").replace("-", " ")
+    return " ".join(text.split())
+
+
+def _fmt(value: object) -> str:
+    """A short one-line rendering of an offending value."""
+    if isinstance(value, float | np.floating):
+        text = repr(float(value))
+    elif isinstance(value, pd.Timestamp):
+        text = str(value)
+    else:
+        text = repr(value.item() if isinstance(value, np.generic) else value)
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _stamp(ts: pd.Timestamp) -> str:
+    """A timestamp for messages: the date alone when it is midnight."""
+    return str(ts.date()) if ts == ts.normalize() else str(ts)
+
+
+def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    if isinstance(source, pd.DataFrame):
+        return source.copy(), "<DataFrame>"
+    if not isinstance(source, str | Path):
+        raise DataError(
+            f"<{type(source).__name__}>: expected a file path or a pandas DataFrame, "
+            f"got {type(source).__name__}"
+        )
+    path = Path(source)
+    label = str(path)
+    name = path.name.lower()
+    suffix = next((s for s in _SUFFIXES if name.endswith(s)), None)
+    if suffix is None:
+        raise DataError(
+            f"{label}: unknown file suffix {''.join(path.suffixes) or '(none)'!r} "
+            f"(expected one of {', '.join(_SUFFIXES)})"
+        )
+    if not path.exists():
+        raise DataError(f"{label}: file not found")
+    if path.is_dir():
+        raise DataError(f"{label}: is a directory, expected a file")
+    if path.stat().st_size == 0:
+        raise DataError(f"{label}: file is empty")
+    try:
+        if suffix in (".parquet", ".pq"):
+            frame = pd.read_parquet(path)
+        else:
+            frame = pd.read_csv(path, skipinitialspace=True)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{label}: file is empty (no header row)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{label}: cannot read file: {first}") from None
+    return frame, label
+
+
+def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
+    """Map canonical names (and 'adj close') to the source's own column labels."""
+    found: dict[str, object] = {}
+    for col in frame.columns:
+        key = _norm(col)
+        canon = _ALIASES.get(key)
+        if canon is None and key in _ADJ_CLOSE:
+            canon = "adj close"
+        if canon is None:
+            continue
+        if canon in found:
+            raise DataError(
+                f"{label}: columns {str(found[canon])!r} and {str(col)!r} both name {canon!r}; "
+                "keep one"
+            )
+        found[canon] = col
+    if "close" not in found and "adj close" in found:
+        found["close"] = found["adj close"]
+    missing = [c for c in _PRICE_COLUMNS if c not in found]
+    if missing:
+        seen = ", ".join(str(c) for c in frame.columns) or "(none)"
+        raise DataError(f"{label}: missing column(s) {', '.join(missing)} (found: {seen})")
+    return found
+
+
+def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
+    """The raw timestamp values and the name to report them under."""
+    by_norm: dict[str, object] = {}
+    for col in frame.columns:
+        by_norm.setdefault(_norm(col), col)
+    has = {alias for alias in _TIMESTAMP_ALIASES if alias in by_norm}
+    # Separate date and time columns (MetaTrader-style exports) are joined into one.
+    if {"date", "time"} <= has and not has & {"timestamp", "datetime"}:
+        dcol, tcol = by_norm["date"], by_norm["time"]
+        joined = frame[dcol].astype(str).str.strip() + " " + frame[tcol].astype(str).str.strip()
+        return joined.reset_index(drop=True), f"{dcol}+{tcol}"
+    for alias in _TIMESTAMP_ALIASES:
+        if alias in by_norm:
+            col = by_norm[alias]
+            return frame[col].reset_index(drop=True), str(col)
+    index = frame.index
+    if isinstance(index, pd.DatetimeIndex) or _norm(index.name) in _TIMESTAMP_ALIASES[:-1]:
+        return pd.Series(index, dtype=index.dtype), str(index.name or "index")
+    seen = ", ".join(str(c) for c in frame.columns) or "(none)"
+    raise DataError(
+        f"{label}: no timestamp column (looked for date, datetime, time, timestamp or a "
+        f"DatetimeIndex; found: {seen})"
+    )
+
+
+def _epoch_unit(values: np.ndarray) -> str:
+    """Seconds, ms, us or ns from magnitude: 1e11 s is the year 5138, 1e11 ms is 1973."""
+    biggest = float(np.max(np.abs(values))) if values.size else 0.0
+    if biggest < 1e11:
+        return "s"
+    if biggest < 1e14:
+        return "ms"
+    if biggest < 1e17:
+        return "us"
+    return "ns"
+
+
+def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeIndex:
+    def fail_at(pos: int, why: str) -> DataError:
+        return DataError(
+            f"{label}: column {column!r} row {pos + 1}: {why} {_fmt(raw.iloc[pos])}"
+        )
+
+    missing = raw.isna().to_numpy()
+    if missing.any():
+        raise fail_at(int(np.argmax(missing)), "missing timestamp")
+    dtype = raw.dtype
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        parsed = pd.DatetimeIndex(raw).tz_convert("UTC").tz_localize(None)
+    elif pd.api.types.is_datetime64_dtype(dtype):
+        parsed = pd.DatetimeIndex(raw)
+    elif pd.api.types.is_bool_dtype(dtype):
+        raise fail_at(0, "cannot parse timestamp")
+    elif pd.api.types.is_numeric_dtype(dtype):
+        values = raw.to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise fail_at(int(np.argmax(bad)), "cannot parse timestamp")
+        as_int = values.astype(np.int64)
+        if np.all(as_int == values) and np.all((as_int >= 19000101) & (as_int <= 21001231)):
+            # YYYYMMDD integers; as epoch seconds these would all fall within 1970-08.
+            ymd = pd.to_datetime(pd.Series(as_int.astype(str)), format="%Y%m%d", errors="coerce")
+            if not ymd.isna().any():
+                return pd.DatetimeIndex(ymd).as_unit("ns")
+        unit = _epoch_unit(values)
+        try:
+            parsed = pd.DatetimeIndex(pd.to_datetime(values, unit=unit))
+        except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+            raise fail_at(int(np.argmax(np.abs(values))), "timestamp out of range:") from None
+    else:
+        text = raw.astype(str).str.strip()
+        if text.str.fullmatch(r"-?\d+(\.0*)?").all():
+            # Epoch numbers stored as text (e.g. a string-typed Parquet column).
+            return _parse_timestamps(pd.to_numeric(text), label, column)
+        parsed = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for dayfirst in (False, True):
+                try:
+                    result = pd.to_datetime(text, utc=True, dayfirst=dayfirst)
+                except (ValueError, TypeError, OverflowError):
+                    continue
+                parsed = pd.DatetimeIndex(result).tz_localize(None)
+                break
+            if parsed is None:
+                coerced = pd.to_datetime(text, utc=True, errors="coerce")
+                bad = np.asarray(pd.isna(coerced))
+                pos = int(np.argmax(bad)) if bad.any() else 0
+                raise fail_at(pos, "cannot parse timestamp")
+    try:
+        parsed = parsed.as_unit("ns")
+    except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+        raise DataError(
+            f"{label}: column {column!r}: timestamps outside the supported range "
+            f"(1677-2262), first value {_fmt(raw.iloc[0])}"
+        ) from None
+    nat = np.asarray(pd.isna(parsed))
+    if nat.any():
+        raise fail_at(int(np.argmax(nat)), "cannot parse timestamp")
+    return parsed
+
+
+def _to_float(raw: pd.Series, label: str, column: str, where) -> np.ndarray:
+    if pd.api.types.is_bool_dtype(raw.dtype):
+        raise DataError(f"{label}: column {column!r} {where(0)}: non-numeric value {_fmt(True)}")
+    if pd.api.types.is_numeric_dtype(raw.dtype):
+        return raw.to_numpy(dtype=np.float64, na_value=np.nan)
+    coerced = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = np.isnan(coerced) & ~raw.isna().to_numpy()
+    for pos in np.flatnonzero(bad):
+        value = raw.iloc[pos]
+        if str(value).strip().lower() not in _MISSING_STRINGS:
+            raise DataError(
+                f"{label}: column {column!r} {where(pos)}: non-numeric value {_fmt(value)}"
+            )
+    return coerced
+
+
+def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.DataFrame:
+    """Load OHLCV bars from a CSV / CSV.gz / Parquet file or a DataFrame and validate them.
+
+    Column names are matched case-insensitively (``Open``/``o``, ``Volume``/``vol``/``v``;
+    ``Adj Close`` only when there is no close). Timestamps come from a date/datetime/time/timestamp
+    column (or separate date + time columns) or a DatetimeIndex; ISO strings with a timezone are
+    converted to UTC, other strings use pandas inference (month-first, falling back to day-first
+    when month-first fails), integers are YYYYMMDD dates or unix epochs whose unit (s/ms/us/ns)
+    is read from their magnitude. A missing volume column becomes zeros.
+
+    Raises :class:`DataError` (one line: file, column, row, value) for anything it cannot trust:
+    missing columns, unparseable or missing timestamps, NaN/inf, non-positive prices, high below
+    low/open/close, low above open/close, negative volume, unsorted or duplicate timestamps, and
+    fewer than ``min_rows`` rows. Rows are never dropped or reordered silently.
+    """
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+        raise ConfigError(f"min_rows must be a positive integer, got {min_rows!r}")
+    frame, label = _read_source(source)
+    found = _find_columns(frame, label)
+    ts_raw, ts_column = _timestamp_source(frame, label)
+    n = len(frame)
+    if n < min_rows:
+        raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
+    timestamps = _parse_timestamps(ts_raw, label, ts_column)
+
+    def where(pos: int) -> str:
+        return f"row {pos + 1} ({_stamp(timestamps[pos])})"
+
+    values: dict[str, np.ndarray] = {}
+    names: dict[str, str] = {}
+    for canon in OHLCV_COLUMNS:
+        if canon not in found:
+            continue
+        col = found[canon]
+        names[canon] = str(col)
+        arr = _to_float(frame[col].reset_index(drop=True), label, str(col), where)
+        nonfinite = ~np.isfinite(arr)
+        if nonfinite.any():
+            pos = int(np.argmax(nonfinite))
+            raise DataError(
+                f"{label}: column {str(col)!r} {where(pos)}: value {_fmt(arr[pos])} is not finite"
+            )
+        values[canon] = arr
+    if "volume" not in values:
+        values["volume"] = np.zeros(n, dtype=np.float64)
+        names["volume"] = "volume"
+
+    for canon in _PRICE_COLUMNS:
+        bad = values[canon] <= 0
+        if bad.any():
+            pos = int(np.argmax(bad))
+            raise DataError(
+                f"{label}: column {names[canon]!r} {where(pos)}: non-positive price "
+                f"{_fmt(values[canon][pos])}"
+            )
+    o, h, lo, c = (values[k] for k in _PRICE_COLUMNS)
+    checks = (
+        ("high", h < lo * (1 - _OHLC_RTOL), "is below low", lo),
+        ("high", h < o * (1 - _OHLC_RTOL), "is below open", o),
+        ("high", h < c * (1 - _OHLC_RTOL), "is below close", c),
+        ("low", lo > o * (1 + _OHLC_RTOL), "is above open", o),
+        ("low", lo > c * (1 + _OHLC_RTOL), "is above close", c),
+    )
+    for canon, bad, relation, other in checks:
+        if bad.any():
+            pos = int(np.argmax(bad))
+            raise DataError(
+                f"{label}: column {names[canon]!r} {where(pos)}: {canon} "
+                f"{_fmt(values[canon][pos])} {relation} {_fmt(other[pos])}"
+            )
+    negative = values["volume"] < 0
+    if negative.any():
+        pos = int(np.argmax(negative))
+        raise DataError(
+            f"{label}: column {names['volume']!r} {where(pos)}: negative volume "
+            f"{_fmt(values['volume'][pos])}"
+        )
+
+    stamps = timestamps.asi8
+    steps = np.diff(stamps)
+    for bad, why in ((steps < 0, "is earlier than"), (steps == 0, "duplicates")):
+        if bad.any():
+            pos = int(np.argmax(bad)) + 1
+            raise DataError(
+                f"{label}: column {ts_column!r} row {pos + 1}: timestamp {_stamp(timestamps[pos])} "
+                f"{why} row {pos} ({_stamp(timestamps[pos - 1])}); rows must be strictly "
+                "increasing in time"
+            )
+
+    out = pd.DataFrame(
+        {k: values[k] for k in OHLCV_COLUMNS},
+        index=pd.DatetimeIndex(timestamps, name="timestamp"),
+    )
+    if "regime" in found:
+        out["regime"] = _regime_column(frame[found["regime"]], label, str(found["regime"]), where)
+    return out
+
+
+def _regime_column(raw: pd.Series, label: str, column: str, where) -> np.ndarray:
+    arr = _to_float(raw.reset_index(drop=True), label, column, where)
+    bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
+    if bad.any():
+        pos = int(np.argmax(bad))
+        raise DataError(
+            f"{label}: column {column!r} {where(pos)}: regime must be a non-negative integer, "
+            f"got {_fmt(arr[pos])}"
+        )
+    return arr.astype(np.int64)
+
+
+class Splits(NamedTuple):
+    """Chronological train / validation / test frames (no shuffling, no overlap)."""
+
+    train: pd.DataFrame
+    validation: pd.DataFrame
+    test: pd.DataFrame
+
+
+def _check_fraction(name: str, value: float, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a number in (0, 1), got {value!r}")
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (low_ok and value < 1):
+        interval = "[0, 1)" if allow_zero else "(0, 1)"
+        raise ConfigError(f"{name} must be in {interval}, got {value!r}")
+    return float(value)
+
+
+def split_chronological(
+    df: pd.DataFrame, train: float = 0.7, validation: float = 0.15
+) -> Splits:
+    """Split rows in time order: the first ``train`` fraction, then ``validation``, then the rest.
+
+    Sizes are ``floor(n * train)`` and ``floor(n * (train + validation)) - floor(n * train)``, so
+    the three parts always tile the frame exactly. Train and test must be non-empty.
+    """
+    train = _check_fraction("train", train, allow_zero=False)
+    validation = _check_fraction("validation", validation, allow_zero=True)
+    if train + validation >= 1:
+        raise ConfigError(
+            f"train + validation must be < 1 to leave a test split, got {train} + {validation} "
+            f"= {train + validation}"
+        )
+    n = len(df)
+    train_end = math.floor(n * train)
+    val_end = math.floor(n * (train + validation))
+    if train_end < 1 or val_end >= n:
+        raise DataError(
+            f"<DataFrame>: too few rows ({n}) for train={train}, validation={validation}: "
+            "train and test splits would be empty"
+        )
+    return Splits(df.iloc[:train_end], df.iloc[train_end:val_end], df.iloc[val_end:])
+
+
+def _check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def walk_forward(
+    df: pd.DataFrame,
+    n_folds: int,
+    train_size: int,
+    test_size: int,
+    step: int | None = None,
+    *,
+    window: Literal["rolling", "expanding"] = "rolling",
+) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """Walk-forward (train, test) folds in time order, the last test window ending at the last row.
+
+    Test windows have ``test_size`` rows and start ``step`` rows apart (default ``test_size``:
+    back-to-back, non-overlapping). Each fold trains on the rows immediately before its test
+    window: exactly ``train_size`` of them with ``window="rolling"``, or everything from the
+    first usable row with ``window="expanding"`` (the first fold's train window then has
+    ``train_size`` rows and later ones grow by ``step``). Folds are anchored to the end, like
+    scikit-learn's ``TimeSeriesSplit``, so the most recent data is always tested; leading rows
+    that do not fit are left out.
+    """
+    n_folds = _check_positive_int("n_folds", n_folds)
+    train_size = _check_positive_int("train_size", train_size)
+    test_size = _check_positive_int("test_size", test_size)
+    step = test_size if step is None else _check_positive_int("step", step)
+    if window not in ("rolling", "expanding"):
+        raise ConfigError(f"window must be 'rolling' or 'expanding', got {window!r}")
+    needed = train_size + (n_folds - 1) * step + test_size
+    n = len(df)
+    if needed > n:
+        raise DataError(
+            f"<DataFrame>: walk_forward needs {needed} rows (train_size={train_size} + "
+            f"(n_folds-1)*step={(n_folds - 1) * step} + test_size={test_size}), got {n}"
+        )
+    offset = n - needed
+    folds = []
+    for k in range(n_folds):
+        test_start = offset + train_size + k * step
+        train_start = offset if window == "expanding" else test_start - train_size
+        folds.append(
+            (df.iloc[train_start:test_start], df.iloc[test_start : test_start + test_size])
+        )
+    return folds

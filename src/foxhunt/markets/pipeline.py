@@ -1,0 +1,120 @@
+"""From an OHLCV frame to :class:`MarketArrays`: features, causal regime probabilities, prices.
+
+Every statistic that is learned (feature mean/std, detector thresholds or HMM parameters) is
+learned from rows ``[:train_end]`` only, then applied causally to all rows. Hence running
+:func:`prepare_market` on a prefix of a frame (with the same ``train_end``) gives exactly the
+leading rows of running it on the whole frame: nothing after a bar influences that bar's row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from foxhunt.errors import ConfigError, DataError
+from foxhunt.markets.arrays import MarketArrays
+from foxhunt.markets.data import load_ohlcv
+from foxhunt.markets.features import FeatureNormalizer, compute_features, feature_warmup
+from foxhunt.markets.regimes import GaussianHMMDetector, RegimeDetector, VolatilityTrendDetector
+from foxhunt.markets.synthetic import SyntheticMarketConfig, generate_market
+
+__all__ = ["DETECTORS", "default_market", "make_detector", "prepare_market"]
+
+# "oracle" one-hot encodes the true `regime` column (synthetic data only): an upper bound for
+# ablations, not a detector. "none" gives a single constant regime: the no-regime ablation.
+DETECTORS: tuple[str, ...] = ("hmm", "vol_trend", "oracle", "none")
+
+
+def default_market(seed: int = 0) -> pd.DataFrame:
+    """The default synthetic market (:class:`SyntheticMarketConfig` defaults) for ``seed``."""
+    return generate_market(SyntheticMarketConfig(), seed=seed)
+
+
+def make_detector(name: str, n_regimes: int = 4, *, seed: int = 0) -> RegimeDetector:
+    """Build an unfitted detector by name (``"hmm"`` or ``"vol_trend"``)."""
+    if name == "hmm":
+        return GaussianHMMDetector(n_regimes, seed=seed)
+    if name == "vol_trend":
+        return VolatilityTrendDetector(n_regimes)
+    raise ConfigError(f"detector must be one of 'hmm', 'vol_trend', got {name!r}")
+
+
+def _oracle_probs(df: pd.DataFrame, n_regimes: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    if "regime" not in df.columns:
+        raise ConfigError("detector='oracle' needs a 'regime' column (synthetic data); none found")
+    regimes = df["regime"].to_numpy(dtype=np.int64)
+    if regimes.min() < 0 or regimes.max() >= n_regimes:
+        raise ConfigError(
+            f"detector='oracle': regime ids must lie in [0, n_regimes={n_regimes}), "
+            f"found {int(regimes.min())}..{int(regimes.max())}"
+        )
+    names = df.attrs.get("regime_names")
+    if names is None or len(names) != n_regimes:
+        names = [f"regime_{k}" for k in range(n_regimes)]
+    return np.eye(n_regimes)[regimes], tuple(str(n) for n in names)
+
+
+def prepare_market(
+    df: pd.DataFrame,
+    *,
+    train_end: int,
+    detector: str = "hmm",
+    n_regimes: int = 4,
+    seed: int = 0,
+) -> MarketArrays:
+    """Build the arrays an environment and a backtest consume, without look-ahead.
+
+    ``df`` is validated with :func:`load_ohlcv` (a synthetic ``regime`` column becomes
+    ``true_regimes``). Features are normalised with statistics of rows ``[:train_end]``; the
+    detector (``"hmm"``, ``"vol_trend"``, ``"oracle"`` or ``"none"``) is fitted on the same rows
+    and filtered over all rows. Warm-up rows have zero features (see ``features.py``).
+    """
+    if detector not in DETECTORS:
+        raise ConfigError(
+            f"detector must be one of {', '.join(repr(d) for d in DETECTORS)}, got {detector!r}"
+        )
+    if isinstance(n_regimes, bool) or not isinstance(n_regimes, int) or n_regimes < 1:
+        raise ConfigError(f"n_regimes must be a positive integer, got {n_regimes!r}")
+    if not isinstance(df, pd.DataFrame):
+        raise DataError(f"<{type(df).__name__}>: prepare_market expects a pandas DataFrame")
+    attrs = dict(df.attrs)
+    frame = load_ohlcv(df)
+    frame.attrs.update(attrs)
+    n = len(frame)
+    if isinstance(train_end, bool) or not isinstance(train_end, int | np.integer):
+        raise ConfigError(f"train_end must be an integer row count, got {train_end!r}")
+    if not 1 <= train_end <= n:
+        raise ConfigError(f"train_end must be in [1, {n}] for a frame of {n} rows, got {train_end}")
+    warmup = feature_warmup()
+    if train_end <= warmup:
+        raise ConfigError(
+            f"train_end={train_end} leaves no training rows after the {warmup}-bar feature warm-up"
+        )
+    train = frame.iloc[:train_end]
+
+    raw = compute_features(frame)
+    normalizer = FeatureNormalizer().fit(raw.iloc[:train_end])
+    features = normalizer.transform(raw).astype(np.float32)
+
+    if detector == "none":
+        probs = np.ones((n, 1))
+        names: tuple[str, ...] = ("all",)
+    elif detector == "oracle":
+        probs, names = _oracle_probs(frame, n_regimes)
+    else:
+        model = make_detector(detector, n_regimes, seed=seed).fit(train)
+        probs = model.predict_proba(frame)
+        names = tuple(model.regime_names)
+    probs32 = probs.astype(np.float32)
+    probs32 /= probs32.sum(axis=1, keepdims=True)
+
+    true = frame["regime"].to_numpy(dtype=np.int64) if "regime" in frame.columns else None
+    return MarketArrays(
+        timestamps=frame.index.to_numpy(dtype="datetime64[ns]"),
+        close=frame["close"].to_numpy(dtype=np.float64),
+        features=np.ascontiguousarray(features),
+        regime_probs=np.ascontiguousarray(probs32),
+        feature_names=tuple(str(c) for c in raw.columns),
+        regime_names=names,
+        true_regimes=true,
+    )

@@ -1,0 +1,486 @@
+"""Causal market-regime detectors.
+
+Both detectors are fitted on a training span only and then label any span causally: row ``t`` of
+``predict_proba`` uses bars ``<= t`` and nothing else, so it can be fed to an agent acting at ``t``.
+Appending future bars leaves earlier rows unchanged (the tests check this to 1e-12).
+
+* :class:`VolatilityTrendDetector` — a transparent rule on rolling volatility and trend with
+  thresholds set by training-span quantiles; one-hot probabilities.
+* :class:`GaussianHMMDetector` — a Gaussian hidden Markov model (diagonal covariance) on per-bar
+  return and short-window volatility, fitted by Baum-Welch EM with seeded restarts, then run as a
+  forward *filter* ``p(s_t | x_1..x_t)``. Smoothed probabilities ``p(s_t | x_1..x_T)`` would look
+  better and leak the future, so they are never produced.
+
+Common interface: ``fit(train_df) -> self``, ``predict_proba(df) -> [T, K]``, ``predict(df) ->
+[T]``, ``n_regimes``, ``regime_names``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from foxhunt.errors import ConfigError, DataError
+from foxhunt.markets.features import log_returns, rolling_mean, rolling_std
+
+__all__ = [
+    "GaussianHMMDetector",
+    "RegimeDetector",
+    "VolatilityTrendDetector",
+    "forward_filter",
+    "hmm_features",
+    "regime_accuracy",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+@runtime_checkable
+class RegimeDetector(Protocol):
+    """What the pipeline needs from a detector."""
+
+    @property
+    def n_regimes(self) -> int: ...
+
+    @property
+    def regime_names(self) -> tuple[str, ...]: ...
+
+    def fit(self, train_df: pd.DataFrame) -> RegimeDetector: ...
+
+    def predict_proba(self, df: pd.DataFrame) -> np.ndarray: ...
+
+    def predict(self, df: pd.DataFrame) -> np.ndarray: ...
+
+
+def _close(df: pd.DataFrame) -> np.ndarray:
+    if "close" not in df.columns:
+        raise DataError(f"<DataFrame>: missing column close (found: {', '.join(map(str, df.columns))})")
+    return df["close"].to_numpy(dtype=np.float64)
+
+
+def _int_at_least(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _check_fitted(obj: object, attr: str) -> None:
+    if getattr(obj, attr) is None:
+        raise RuntimeError(f"{type(obj).__name__} must be fitted before predicting")
+
+
+class VolatilityTrendDetector:
+    """Rule-based regimes: high volatility first, else bull / bear / sideways by trend.
+
+    Volatility is the std of 1-bar log returns over ``vol_window`` bars; trend is the mean log
+    return over ``trend_window`` bars. Thresholds are quantiles of the training span: volatility
+    above its ``vol_quantile`` quantile is ``high_volatility`` (only when ``n_regimes == 4``); the
+    remaining bars split at the ``trend_quantiles`` of their trend. Bars before both windows are
+    full get uniform probabilities (and ``predict`` then returns 0).
+    """
+
+    def __init__(
+        self,
+        n_regimes: int = 4,
+        *,
+        vol_window: int = 20,
+        trend_window: int = 60,
+        vol_quantile: float = 0.85,
+        trend_quantiles: tuple[float, float] = (1 / 3, 2 / 3),
+    ) -> None:
+        if n_regimes not in (3, 4):
+            raise ConfigError(
+                f"VolatilityTrendDetector n_regimes must be 3 or 4, got {n_regimes!r}"
+            )
+        self._n = int(n_regimes)
+        self.vol_window = _int_at_least("vol_window", vol_window, 2)
+        self.trend_window = _int_at_least("trend_window", trend_window, 1)
+        if not (isinstance(vol_quantile, int | float) and 0 < vol_quantile < 1):
+            raise ConfigError(f"vol_quantile must be in (0, 1), got {vol_quantile!r}")
+        lo_q, hi_q = trend_quantiles
+        if not (0 < lo_q <= hi_q < 1):
+            raise ConfigError(
+                f"trend_quantiles must satisfy 0 < low <= high < 1, got {trend_quantiles!r}"
+            )
+        self.vol_quantile = float(vol_quantile)
+        self.trend_quantiles = (float(lo_q), float(hi_q))
+        self.vol_threshold_: float | None = None
+        self.trend_thresholds_: tuple[float, float] | None = None
+
+    @property
+    def n_regimes(self) -> int:
+        return self._n
+
+    @property
+    def regime_names(self) -> tuple[str, ...]:
+        return ("bull", "bear", "sideways", "high_volatility")[: self._n]
+
+    def _stats(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        close = _close(df)
+        vol = rolling_std(log_returns(close, 1), self.vol_window)
+        trend = log_returns(close, self.trend_window) / self.trend_window
+        return vol, trend
+
+    def fit(self, train_df: pd.DataFrame) -> VolatilityTrendDetector:
+        vol, trend = self._stats(train_df)
+        ok = np.isfinite(vol) & np.isfinite(trend)
+        if ok.sum() < 10:
+            raise DataError(
+                f"<DataFrame>: training span of {len(train_df)} bars leaves {int(ok.sum())} bars "
+                f"after the {max(self.vol_window, self.trend_window)}-bar warm-up; need >= 10"
+            )
+        if self._n == 4:
+            self.vol_threshold_ = float(np.quantile(vol[ok], self.vol_quantile))
+            calm = ok & (vol <= self.vol_threshold_)
+        else:
+            self.vol_threshold_ = math.inf
+            calm = ok
+        lo, hi = np.quantile(trend[calm], self.trend_quantiles)
+        self.trend_thresholds_ = (float(lo), float(hi))
+        return self
+
+    def labels(self, df: pd.DataFrame) -> np.ndarray:
+        """Regime id per bar, -1 during warm-up."""
+        _check_fitted(self, "trend_thresholds_")
+        assert self.trend_thresholds_ is not None and self.vol_threshold_ is not None
+        vol, trend = self._stats(df)
+        lo, hi = self.trend_thresholds_
+        out = np.full(len(df), 2, dtype=np.int64)
+        out[trend > hi] = 0
+        out[trend < lo] = 1
+        out[vol > self.vol_threshold_] = 3
+        out[~(np.isfinite(vol) & np.isfinite(trend))] = -1
+        return out
+
+    def predict_proba(self, df: pd.DataFrame) -> np.ndarray:
+        labels = self.labels(df)
+        proba = np.full((len(df), self._n), 1.0 / self._n)
+        known = labels >= 0
+        proba[known] = np.eye(self._n)[labels[known]]
+        return proba
+
+    def predict(self, df: pd.DataFrame) -> np.ndarray:
+        return np.argmax(self.predict_proba(df), axis=1).astype(np.int64)
+
+
+def hmm_features(df: pd.DataFrame, vol_window: int = 20) -> np.ndarray:
+    """Per-bar HMM observations [T, 2]: log return and log short-window volatility.
+
+    The volatility averages squared close-to-close returns with the Parkinson high-low variance
+    ``log(high/low)^2 / (4 log 2)`` over the last ``vol_window`` bars: the range is a far less
+    noisy per-bar volatility estimate, the returns keep it honest when high/low are missing or
+    equal to close. Rows before the window is full are NaN.
+    """
+    close = _close(df)
+    ret = log_returns(close, 1)
+    if {"high", "low"} <= set(df.columns):
+        hl = np.log(df["high"].to_numpy(dtype=np.float64) / df["low"].to_numpy(dtype=np.float64))
+        parkinson = hl**2 / (4.0 * math.log(2.0))
+        var = 0.5 * ret**2 + 0.5 * parkinson
+    else:
+        var = ret**2
+    smooth = rolling_mean(var, vol_window)
+    with np.errstate(divide="ignore"):
+        log_vol = 0.5 * np.log(smooth + 1e-12)
+    return np.column_stack([ret, log_vol])
+
+
+def forward_filter(
+    log_b: np.ndarray, transition: np.ndarray, prior: np.ndarray
+) -> tuple[np.ndarray, float]:
+    """Filtered state probabilities ``p(s_t | x_1..x_t)`` and the total log-likelihood.
+
+    ``log_b[t, k] = log p(x_t | s_t = k)``; a row of NaN marks a bar with no observation, for which
+    the filter only predicts (``alpha_t = alpha_{t-1} A``). ``prior`` is the distribution of the
+    state *before* the first bar, so ``p(s_0) = prior @ A``. Scaled recursion: each step is
+    normalised, and the log of the normaliser accumulates the likelihood.
+    """
+    log_b = np.asarray(log_b, dtype=np.float64)
+    a = np.asarray(transition, dtype=np.float64)
+    n, k = log_b.shape
+    alpha = np.empty((n, k))
+    observed = np.isfinite(log_b).all(axis=1)
+    shift = np.where(observed, np.max(np.where(observed[:, None], log_b, 0.0), axis=1), 0.0)
+    b = np.where(observed[:, None], np.exp(log_b - shift[:, None]), 1.0)
+    prev = np.asarray(prior, dtype=np.float64)
+    loglik = 0.0
+    for t in range(n):
+        pred = prev @ a
+        if observed[t]:
+            joint = pred * b[t]
+            norm = joint.sum()
+            if not norm > 0:  # every state rules this bar out: restart from the prediction
+                alpha[t] = pred / pred.sum()
+            else:
+                alpha[t] = joint / norm
+                loglik += math.log(norm) + shift[t]
+        else:
+            alpha[t] = pred / pred.sum()
+        prev = alpha[t]
+    return alpha, loglik
+
+
+def _stationary(a: np.ndarray) -> np.ndarray:
+    k = a.shape[0]
+    system = np.vstack([a.T - np.eye(k), np.ones((1, k))])
+    rhs = np.concatenate([np.zeros(k), [1.0]])
+    pi = np.clip(np.linalg.lstsq(system, rhs, rcond=None)[0], 0.0, None)
+    return pi / pi.sum() if pi.sum() > 0 else np.full(k, 1.0 / k)
+
+
+class GaussianHMMDetector:
+    """Gaussian HMM regimes, fitted by Baum-Welch on the training span, applied as a filter.
+
+    States are sorted by mean return (descending), ties by volatility (ascending), and named
+    ``state_0`` (most bullish) .. ``state_{K-1}``; fitted per-state mean return and volatility
+    (original units, per bar) are in ``state_return_`` and ``state_volatility_``. Observations are
+    standardised with training statistics and clipped to +-``clip_sigma`` so one corrupt bar
+    cannot own a state. Bars in the volatility warm-up get the prediction from the stationary
+    distribution. EM runs all restarts as one batch; the restart with the best final likelihood
+    wins, and its per-iteration log-likelihoods are in ``log_likelihood_history_``.
+    """
+
+    def __init__(
+        self,
+        n_regimes: int = 4,
+        *,
+        vol_window: int = 20,
+        n_restarts: int = 4,
+        max_iter: int = 100,
+        tol: float = 1e-5,
+        min_variance: float = 1e-3,
+        clip_sigma: float = 8.0,
+        sticky_init: float = 0.95,
+        seed: int = 0,
+    ) -> None:
+        self._n = _int_at_least("n_regimes", n_regimes, 1)
+        self.vol_window = _int_at_least("vol_window", vol_window, 1)
+        self.n_restarts = _int_at_least("n_restarts", n_restarts, 1)
+        self.max_iter = _int_at_least("max_iter", max_iter, 1)
+        for name, value in (("tol", tol), ("min_variance", min_variance), ("clip_sigma", clip_sigma)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
+        if not (isinstance(sticky_init, int | float) and 0 < sticky_init < 1):
+            raise ConfigError(f"sticky_init must be in (0, 1), got {sticky_init!r}")
+        self.tol = float(tol)
+        self.min_variance = float(min_variance)
+        self.clip_sigma = float(clip_sigma)
+        self.sticky_init = float(sticky_init)
+        self.seed = _int_at_least("seed", seed, 0)
+        self.transition_: np.ndarray | None = None
+        self.means_: np.ndarray | None = None  # [K, D] in standardised units
+        self.variances_: np.ndarray | None = None  # [K, D] in standardised units
+        self.start_: np.ndarray | None = None  # [K] filter prior: stationary distribution
+        self.feature_mean_: np.ndarray | None = None
+        self.feature_std_: np.ndarray | None = None
+        self.state_return_: np.ndarray | None = None
+        self.state_volatility_: np.ndarray | None = None
+        self.log_likelihood_history_: list[float] = []
+        self.n_iter_: int = 0
+        self.converged_: bool = False
+
+    @property
+    def n_regimes(self) -> int:
+        return self._n
+
+    @property
+    def regime_names(self) -> tuple[str, ...]:
+        return tuple(f"state_{k}" for k in range(self._n))
+
+    # ----------------------------------------------------------------------------- observations
+    def _observations(self, df: pd.DataFrame) -> np.ndarray:
+        """Standardised, clipped observations [T, D]; NaN rows in the warm-up."""
+        raw = hmm_features(df, self.vol_window)
+        z = (raw - self.feature_mean_) / self.feature_std_
+        return np.clip(z, -self.clip_sigma, self.clip_sigma)
+
+    @staticmethod
+    def _log_emission(x: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+        """``log N(x_t; mu_k, diag(var_k))`` for x [N, D], means/variances [..., K, D].
+
+        Returns [N, ..., K]. Elementwise maths and a sum over D only, so each row's value is
+        independent of how many rows there are (no BLAS blocking effects on causality).
+        """
+        xe = x.reshape(x.shape[0], *([1] * (means.ndim - 1)), x.shape[1])
+        quad = (xe - means) ** 2 / variances + np.log(variances) + _LOG_2PI
+        return -0.5 * quad.sum(axis=-1)
+
+    # ----------------------------------------------------------------------------------- fitting
+    def fit(self, train_df: pd.DataFrame) -> GaussianHMMDetector:
+        raw = hmm_features(train_df, self.vol_window)
+        valid = np.isfinite(raw).all(axis=1)
+        x_raw = raw[valid]
+        k = self._n
+        min_rows = max(20, 10 * k)
+        if x_raw.shape[0] < min_rows:
+            raise DataError(
+                f"<DataFrame>: training span of {len(train_df)} bars gives {x_raw.shape[0]} HMM "
+                f"observations after the {self.vol_window}-bar warm-up; need >= {min_rows} "
+                f"for {k} states"
+            )
+        self.feature_mean_ = x_raw.mean(axis=0)
+        std = x_raw.std(axis=0)
+        self.feature_std_ = np.where(std > 1e-12, std, 1.0)
+        x = np.clip((x_raw - self.feature_mean_) / self.feature_std_, -self.clip_sigma, self.clip_sigma)
+
+        means, variances, trans, start = self._initialise(x)
+        history: list[np.ndarray] = []
+        prev_ll = np.full(self.n_restarts, -np.inf)
+        converged = False
+        n_iter = 0
+        for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - n_iter is reported below
+            ll, gamma, xi_sum = self._e_step(x, means, variances, trans, start)
+            history.append(ll)
+            means, variances, trans, start = self._m_step(x, gamma, xi_sum, means, variances, trans)
+            gain = (ll - prev_ll) / x.shape[0]
+            prev_ll = ll
+            if np.all(gain < self.tol):
+                converged = True
+                break
+        final_ll, _, _ = self._e_step(x, means, variances, trans, start, need_posteriors=False)
+        history.append(final_ll)
+        best = int(np.argmax(final_ll))
+
+        # Deterministic state order: by mean return (descending), then volatility (ascending).
+        ret_mean = means[best, :, 0] * self.feature_std_[0] + self.feature_mean_[0]
+        vol_level = means[best, :, 1] * self.feature_std_[1] + self.feature_mean_[1]
+        order = np.lexsort((vol_level, -ret_mean))
+        self.means_ = means[best][order]
+        self.variances_ = variances[best][order]
+        self.transition_ = trans[best][np.ix_(order, order)]
+        self.start_ = _stationary(self.transition_)
+        self.state_return_ = ret_mean[order]
+        self.state_volatility_ = np.exp(vol_level[order])
+        self.log_likelihood_history_ = [float(h[best]) for h in history]
+        self.n_iter_ = n_iter
+        self.converged_ = converged
+        return self
+
+    def _initialise(self, x: np.ndarray):
+        """Restart 0 splits the data by volatility quantile; others use k-means++ seeds."""
+        k, r = self._n, self.n_restarts
+        n, d = x.shape
+        rng = np.random.default_rng(self.seed)
+        means = np.empty((r, k, d))
+        variances = np.empty((r, k, d))
+        order = np.argsort(x[:, 1], kind="stable")
+        for i, chunk in enumerate(np.array_split(order, k)):
+            means[0, i] = x[chunk].mean(axis=0)
+            variances[0, i] = np.maximum(x[chunk].var(axis=0), self.min_variance)
+        for j in range(1, r):
+            centres = [x[rng.integers(n)]]
+            for _ in range(1, k):
+                d2 = np.min([((x - c) ** 2).sum(axis=1) for c in centres], axis=0)
+                probs = d2 / d2.sum() if d2.sum() > 0 else np.full(n, 1.0 / n)
+                centres.append(x[rng.choice(n, p=probs)])
+            c = np.array(centres)
+            for _ in range(10):  # a few Lloyd iterations
+                assign = np.argmin(((x[:, None, :] - c[None]) ** 2).sum(axis=2), axis=1)
+                for i in range(k):
+                    if np.any(assign == i):
+                        c[i] = x[assign == i].mean(axis=0)
+            means[j] = c
+            for i in range(k):
+                members = x[assign == i]
+                var = members.var(axis=0) if members.shape[0] > 1 else np.ones(d)
+                variances[j, i] = np.maximum(var, self.min_variance)
+        off = (1.0 - self.sticky_init) / (k - 1) if k > 1 else 0.0
+        trans = np.full((r, k, k), off)
+        trans[:, np.arange(k), np.arange(k)] = self.sticky_init if k > 1 else 1.0
+        start = np.full((r, k), 1.0 / k)
+        return means, variances, trans, start
+
+    def _e_step(self, x, means, variances, trans, start, *, need_posteriors: bool = True):
+        """Scaled forward-backward for all restarts at once (Rabiner 1989, Sec. V.A)."""
+        n = x.shape[0]
+        log_b = self._log_emission(x, means, variances)  # [N, R, K]
+        shift = log_b.max(axis=2, keepdims=True)
+        b = np.exp(log_b - shift)
+        r, k = start.shape
+        alpha = np.empty((n, r, k))
+        scale = np.empty((n, r))
+        a = start * b[0]
+        scale[0] = a.sum(axis=1)
+        alpha[0] = a / scale[0][:, None]
+        for t in range(1, n):
+            a = np.matmul(alpha[t - 1][:, None, :], trans)[:, 0, :] * b[t]
+            scale[t] = a.sum(axis=1)
+            alpha[t] = a / scale[t][:, None]
+        ll = np.log(scale).sum(axis=0) + shift[:, :, 0].sum(axis=0)
+        if not need_posteriors:
+            return ll, None, None
+        beta = np.empty((n, r, k))
+        beta[-1] = 1.0
+        trans_t = np.swapaxes(trans, 1, 2)
+        for t in range(n - 2, -1, -1):
+            beta[t] = np.matmul((b[t + 1] * beta[t + 1])[:, None, :], trans_t)[:, 0, :] / scale[
+                t + 1
+            ][:, None]
+        gamma = alpha * beta
+        gamma /= gamma.sum(axis=2, keepdims=True)
+        # xi_sum[r, i, j] = sum_t alpha_t(i) A_ij b_{t+1}(j) beta_{t+1}(j) / c_{t+1}
+        weighted = b[1:] * beta[1:] / scale[1:, :, None]  # [N-1, R, K]
+        xi_sum = np.einsum("tri,trj->rij", alpha[:-1], weighted) * trans
+        return ll, gamma, xi_sum
+
+    def _m_step(self, x, gamma, xi_sum, old_means, old_variances, old_trans):
+        """Closed-form maximisation; states that own no data keep their old parameters."""
+        occupancy = gamma.sum(axis=0)  # [R, K]
+        empty = occupancy < 1e-8
+        safe = np.where(empty, 1.0, occupancy)[:, :, None]
+        means = np.einsum("nrk,nd->rkd", gamma, x) / safe
+        sq = np.einsum("nrk,nd->rkd", gamma, x**2) / safe
+        variances = np.maximum(sq - means**2, self.min_variance)
+        means = np.where(empty[:, :, None], old_means, means)
+        variances = np.where(empty[:, :, None], old_variances, variances)
+        row = xi_sum.sum(axis=2, keepdims=True)
+        trans = np.where(row > 0, xi_sum / np.where(row > 0, row, 1.0), old_trans)
+        start = gamma[0]
+        return means, variances, trans, start
+
+    # -------------------------------------------------------------------------------- prediction
+    def predict_proba(self, df: pd.DataFrame) -> np.ndarray:
+        """Forward-filtered ``p(s_t | x_1..x_t)`` [T, K]; warm-up rows get the stationary law."""
+        _check_fitted(self, "transition_")
+        x = self._observations(df)
+        log_b = self._log_emission(x, self.means_, self.variances_)  # NaN rows stay NaN
+        alpha, _ = forward_filter(log_b, self.transition_, self.start_)
+        return alpha
+
+    def predict(self, df: pd.DataFrame) -> np.ndarray:
+        return np.argmax(self.predict_proba(df), axis=1).astype(np.int64)
+
+    def score(self, df: pd.DataFrame) -> float:
+        """Log-likelihood of the span's observations under the fitted model (filter prior)."""
+        _check_fitted(self, "transition_")
+        x = self._observations(df)
+        log_b = self._log_emission(x, self.means_, self.variances_)
+        return forward_filter(log_b, self.transition_, self.start_)[1]
+
+
+def regime_accuracy(pred: Sequence[int] | np.ndarray, true: Sequence[int] | np.ndarray) -> float:
+    """Accuracy after the best one-to-one matching of predicted to true labels.
+
+    Detector labels are arbitrary, so each predicted label is assigned to the true regime it
+    agrees with most, jointly, by the Hungarian algorithm (a predicted label left unmatched, when
+    there are more of them than true regimes, counts as wrong).
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    p = np.asarray(pred)
+    t = np.asarray(true)
+    if p.ndim != 1 or p.shape != t.shape or p.size == 0:
+        raise DataError(
+            f"<regimes>: pred and true must be equal-length non-empty 1-D arrays, got shapes "
+            f"{p.shape} and {t.shape}"
+        )
+    p_labels, p_idx = np.unique(p, return_inverse=True)
+    t_labels, t_idx = np.unique(t, return_inverse=True)
+    confusion = np.zeros((p_labels.size, t_labels.size), dtype=np.int64)
+    np.add.at(confusion, (p_idx, t_idx), 1)
+    rows, cols = linear_sum_assignment(confusion, maximize=True)
+    return float(confusion[rows, cols].sum() / p.size)

@@ -1,0 +1,149 @@
+"""Q-networks: an MLP torso with scalar, dueling, distributional, noisy and per-regime heads.
+
+One class covers every combination so each Rainbow switch composes with the others instead of
+multiplying subclasses. ``forward`` returns the raw head output (Q-values, C51 logits or quantiles);
+:meth:`QNetwork.q_values` turns any of them into expected Q-values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from foxhunt.config import DQNHyperparameters
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
+
+
+class NoisyLinear(nn.Module):
+    """Linear layer with factorised Gaussian noise (Fortunato et al. 2018, Eq. 10-11).
+
+    Noise lives in buffers and changes only in :meth:`reset_noise`, which the agent calls once per
+    optimizer step: every micro-batch of one accumulation window sees the same weights, so
+    accumulation stays exact. In ``eval()`` mode the layer uses its mean weights (greedy evaluation
+    is deterministic). A private generator makes the noise independent of other RNG consumers
+    (and identical across data-parallel ranks that share a seed).
+    """
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
+        self.register_buffer("eps_in", torch.zeros(in_features))
+        self.register_buffer("eps_out", torch.zeros(out_features))
+
+    @staticmethod
+    def _scaled(x: torch.Tensor) -> torch.Tensor:
+        return x.sign() * x.abs().sqrt()
+
+    @torch.no_grad()
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw new factorised noise f(eps_in), f(eps_out) with f(x) = sgn(x) sqrt(|x|)."""
+        dev = self.eps_in.device
+        e_in = torch.randn(self.in_features, generator=generator)
+        e_out = torch.randn(self.out_features, generator=generator)
+        self.eps_in.copy_(self._scaled(e_in).to(dev))
+        self.eps_out.copy_(self._scaled(e_out).to(dev))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        bias = self.bias_mu + self.bias_sigma * self.eps_out
+        return F.linear(x, weight, bias)
+
+
+class QNetwork(nn.Module):
+    """MLP torso + (dueling) head(s) producing ``[B, A]`` Q-values or ``[B, A, N]`` atoms.
+
+    With ``n_regimes > 0`` the last ``n_regimes`` observation entries are regime probabilities
+    (causal estimates from the environment); each regime gets its own head over a shared torso and
+    the output is the selected head (hard gating: argmax regime) or the probability-weighted mix
+    (soft gating). Reading the regime from the observation keeps the replay, the batch and every
+    Rainbow component unaware of regimes, so they all compose with it unchanged.
+    """
+
+    def __init__(
+        self, obs_dim: int, n_actions: int, hp: DQNHyperparameters, n_regimes: int = 0
+    ) -> None:
+        super().__init__()
+        self.n_actions = n_actions
+        self.distributional = hp.distributional
+        self.n_out = 1 if hp.distributional == "none" else hp.n_atoms
+        self.dueling = hp.dueling
+        self.n_regimes = n_regimes if hp.regime_conditional else 0
+        self.soft_gating = hp.regime_gating == "soft"
+        if hp.regime_conditional and n_regimes < 1:
+            raise ValueError("regime_conditional needs an environment that reports n_regimes >= 1")
+        if self.n_regimes > obs_dim:
+            raise ValueError(f"n_regimes={n_regimes} exceeds the observation size {obs_dim}")
+
+        act = _ACTIVATIONS[hp.activation]
+        layers: list[nn.Module] = []
+        width = obs_dim
+        for h in hp.hidden_sizes:
+            layers += [nn.Linear(width, h), act()]
+            width = h
+        self.torso = nn.Sequential(*layers)
+
+        def head(out: int) -> nn.Module:
+            if hp.noisy_nets:
+                return NoisyLinear(width, out, hp.noisy_sigma0)
+            return nn.Linear(width, out)
+
+        n_heads = max(1, self.n_regimes)
+        self.adv_heads = nn.ModuleList([head(n_actions * self.n_out) for _ in range(n_heads)])
+        self.value_heads = (
+            nn.ModuleList([head(self.n_out) for _ in range(n_heads)]) if self.dueling else None
+        )
+        if hp.distributional == "c51":
+            self.register_buffer("support", torch.linspace(hp.v_min, hp.v_max, hp.n_atoms))
+        else:
+            self.support = None
+
+    def _head_out(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        b = h.shape[0]
+        adv = self.adv_heads[i](h).view(b, self.n_actions, self.n_out)
+        if self.value_heads is None:
+            return adv
+        value = self.value_heads[i](h).view(b, 1, self.n_out)
+        return value + adv - adv.mean(dim=1, keepdim=True)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw head output: ``[B, A]`` (scalar) or ``[B, A, N]`` (C51 logits / quantiles)."""
+        obs = obs.flatten(1).float() if obs.dim() > 2 else obs.float()
+        h = self.torso(obs)
+        if self.n_regimes == 0:
+            out = self._head_out(0, h)
+        else:
+            probs = obs[:, -self.n_regimes :]
+            if not self.soft_gating:
+                probs = F.one_hot(probs.argmax(dim=1), self.n_regimes).to(h.dtype)
+            outs = torch.stack([self._head_out(i, h) for i in range(self.n_regimes)], dim=1)
+            out = (probs.to(outs.dtype)[:, :, None, None] * outs).sum(dim=1)
+        return out.squeeze(-1) if self.n_out == 1 else out
+
+    def q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """Expected Q-values ``[B, A]`` from :meth:`forward` output."""
+        if self.distributional == "c51":
+            return (out.float().softmax(dim=-1) * self.support).sum(dim=-1)
+        if self.distributional == "qr":
+            return out.float().mean(dim=-1)
+        return out.float()
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Resample the noise of every noisy layer."""
+        for m in self.modules():
+            if isinstance(m, NoisyLinear):
+                m.reset_noise(generator)
+
+    @property
+    def is_noisy(self) -> bool:
+        return any(isinstance(m, NoisyLinear) for m in self.modules())

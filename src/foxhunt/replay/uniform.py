@@ -1,0 +1,134 @@
+"""Uniform experience replay over preallocated, contiguous storage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from foxhunt.batch import Batch
+
+
+class ReplayBuffer:
+    """A ring buffer of transitions stored as preallocated torch tensors.
+
+    Storage is allocated once (``capacity`` rows) so memory use is known before training starts,
+    and sampling is a single ``index_select`` per field with no Python loop. Indices are drawn by a
+    NumPy generator owned by the buffer, so sampling is reproducible and its state checkpointable.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        obs_dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        self.capacity = int(capacity)
+        self.obs_shape = tuple(obs_shape)
+        self.device = torch.device(device)
+        self.rng = np.random.default_rng(seed)
+        kw: dict[str, Any] = dict(device=self.device)
+        self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
+        self.next_obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
+        self.actions = torch.zeros(capacity, dtype=torch.int64, **kw)
+        self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
+        self.dones = torch.zeros(capacity, dtype=torch.float32, **kw)
+        self.discounts = torch.zeros(capacity, dtype=torch.float32, **kw)
+        self.pos = 0
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the storage tensors."""
+        return sum(t.numel() * t.element_size() for t in self._storage().values())
+
+    def _storage(self) -> dict[str, torch.Tensor]:
+        return {
+            "obs": self.obs,
+            "next_obs": self.next_obs,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "dones": self.dones,
+            "discounts": self.discounts,
+        }
+
+    def add(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        dones: np.ndarray,
+        discounts: np.ndarray,
+    ) -> np.ndarray:
+        """Store ``k`` transitions (leading axis ``k``); returns the slots written."""
+        k = len(actions)
+        if k == 0:
+            return np.zeros(0, dtype=np.int64)
+        slots = (self.pos + np.arange(k)) % self.capacity
+        idx = torch.from_numpy(slots).to(self.device)
+        for name, value in (
+            ("obs", obs),
+            ("next_obs", next_obs),
+            ("actions", actions),
+            ("rewards", rewards),
+            ("dones", dones),
+            ("discounts", discounts),
+        ):
+            dst = self._storage()[name]
+            dst[idx] = torch.as_tensor(np.asarray(value), dtype=dst.dtype).to(self.device)
+        self.pos = int((self.pos + k) % self.capacity)
+        self.size = int(min(self.size + k, self.capacity))
+        return slots
+
+    def _gather(self, slots: np.ndarray, weights: torch.Tensor | None) -> Batch:
+        idx = torch.from_numpy(slots).to(self.device)
+        return Batch(
+            obs=self.obs.index_select(0, idx),
+            actions=self.actions.index_select(0, idx),
+            rewards=self.rewards.index_select(0, idx),
+            next_obs=self.next_obs.index_select(0, idx),
+            dones=self.dones.index_select(0, idx),
+            discounts=self.discounts.index_select(0, idx),
+            weights=weights,
+            indices=idx,
+        )
+
+    def sample(self, batch_size: int, beta: float | None = None) -> Batch:
+        """Draw ``batch_size`` transitions uniformly with replacement (``beta`` is ignored)."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        slots = self.rng.integers(0, self.size, size=batch_size)
+        return self._gather(slots, None)
+
+    def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
+        """No-op: uniform replay has no priorities (keeps the trainer free of special cases)."""
+
+    # --- checkpointing ------------------------------------------------------------------------
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """Filled storage as CPU tensors (only ``size`` rows, so checkpoints stay small)."""
+        n = self.size
+        return {f"replay.{k}": v[:n].cpu() for k, v in self._storage().items()}
+
+    def state_json(self) -> dict[str, Any]:
+        """Counters and the sampling RNG state."""
+        return {"pos": self.pos, "size": self.size, "rng": self.rng.bit_generator.state}
+
+    def load_state(self, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_tensors` / :meth:`state_json` output."""
+        n = int(state["size"])
+        for k, v in self._storage().items():
+            src = tensors[f"replay.{k}"]
+            if src.shape[0] != n or tuple(src.shape[1:]) != tuple(v.shape[1:]):
+                raise ValueError(f"replay.{k} has shape {tuple(src.shape)}, expected {n} rows "
+                                 f"of {tuple(v.shape[1:])}")
+            v[:n] = src.to(v.device, v.dtype)
+        self.pos, self.size = int(state["pos"]), n
+        self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,307 @@
+"""Static training report: PNG curves and an ``index.html`` built from a run's ``metrics.csv``.
+
+Plots are drawn on :class:`~matplotlib.backends.backend_agg.FigureCanvasAgg` directly rather
+than through ``pyplot``, so writing a report never changes the caller's matplotlib backend or
+global figure state (safe inside notebooks and from worker threads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from foxhunt.errors import FoxhuntError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["read_metrics", "write_run_report"]
+
+_INDEX = "index.html"
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix."""
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+
+
+def read_metrics(path: Path) -> pd.DataFrame:
+    """Read a metrics CSV into numeric columns (unparseable cells become NaN).
+
+    Raises :class:`FoxhuntError` naming the file when it is missing, empty or not a CSV.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise FoxhuntError(f"metrics file {path} does not exist")
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise FoxhuntError(f"metrics file {path} is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FoxhuntError(f"metrics file {path} is not a valid CSV: {reason}") from None
+    if frame.empty:
+        raise FoxhuntError(f"metrics file {path} has a header but no rows")
+    return frame.apply(pd.to_numeric, errors="coerce").astype("float64")
+
+
+# -- plots ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plot:
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    ylabel: str
+    log_when_positive: bool = False
+
+
+def _xy(frame: pd.DataFrame, x: str, column: str) -> tuple[pd.Series, pd.Series]:
+    valid = frame[[x, column]].dropna()
+    return valid[x], valid[column]
+
+
+def _has_data(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame.columns and bool(frame[column].notna().any())
+
+
+def _rolling_window(n: int) -> int:
+    """About a tenth of the points, between 1 and 100: smooth but still responsive."""
+    return max(1, min(100, n // 10))
+
+
+def _draw_returns(ax: Axes, frame: pd.DataFrame, x: str) -> None:
+    if _has_data(frame, "episode_return"):
+        xs, ys = _xy(frame, x, "episode_return")
+        window = _rolling_window(len(ys))
+        ax.plot(xs, ys, color="tab:blue", alpha=0.3, linewidth=0.8, label="episode return")
+        ax.plot(
+            xs,
+            ys.rolling(window, min_periods=1).mean(),
+            color="tab:blue",
+            linewidth=1.8,
+            label=f"rolling mean ({window} rows)",
+        )
+    if _has_data(frame, "eval_return"):
+        xs, ys = _xy(frame, x, "eval_return")
+        ax.plot(xs, ys, color="tab:orange", marker="o", markersize=3, label="eval return")
+
+
+def _draw_lines(ax: Axes, frame: pd.DataFrame, x: str, plot: _Plot) -> None:
+    all_positive = True
+    for column in plot.columns:
+        if not _has_data(frame, column):
+            continue
+        xs, ys = _xy(frame, x, column)
+        all_positive = all_positive and bool((ys > 0).all())
+        ax.plot(xs, ys, linewidth=1.2, label=column)
+    # Gradient norms span orders of magnitude; a log axis needs strictly positive values.
+    if plot.log_when_positive and all_positive:
+        ax.set_yscale("log")
+
+
+_RETURNS = _Plot(
+    "returns", "Episode and evaluation return", ("episode_return", "eval_return"), "return"
+)
+_PLOTS: tuple[_Plot, ...] = (
+    _RETURNS,
+    _Plot("loss", "Loss", ("loss",), "loss"),
+    _Plot(
+        "grad_norm",
+        "Global gradient norm (before / after clipping)",
+        ("grad_norm_pre_clip", "grad_norm_post_clip"),
+        "norm",
+        log_when_positive=True,
+    ),
+    _Plot("clip_rate", "Clip rate", ("clip_rate",), "fraction of updates clipped"),
+    _Plot("q_mean", "Mean Q value", ("q_mean",), "Q"),
+    _Plot("lr", "Learning rate", ("lr",), "lr"),
+    _Plot("exploration", "Exploration (epsilon) and PER beta", ("epsilon", "beta"), "value"),
+)
+
+_THROUGHPUT = ("env_steps_per_s", "updates_per_s")
+
+
+def _render_png(draw: Callable[[Figure], None]) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    draw(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _single_axes_figure(plot: _Plot, frame: pd.DataFrame, x: str) -> bytes:
+    def draw(fig: Figure) -> None:
+        ax = fig.add_subplot()
+        if plot is _RETURNS:
+            _draw_returns(ax, frame, x)
+        else:
+            _draw_lines(ax, frame, x, plot)
+        ax.set_ylabel(plot.ylabel)
+        ax.set_title(plot.title)
+        ax.set_xlabel(x)
+        ax.grid(True, alpha=0.3)
+        if len(ax.get_lines()) > 1:
+            ax.legend(loc="best", fontsize="small")
+
+    return _render_png(draw)
+
+
+def _throughput_figure(frame: pd.DataFrame, x: str) -> bytes:
+    """Env steps/s and updates/s differ by orders of magnitude: one panel each, shared x."""
+    present = [c for c in _THROUGHPUT if _has_data(frame, c)]
+
+    def draw(fig: Figure) -> None:
+        axes = fig.subplots(len(present), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, column in zip(axes, present, strict=True):
+            xs, ys = _xy(frame, x, column)
+            ax.plot(xs, ys, linewidth=1.2)
+            ax.set_ylabel(column)
+            ax.grid(True, alpha=0.3)
+        axes[0].set_title("Throughput")
+        axes[-1].set_xlabel(x)
+
+    return _render_png(draw)
+
+
+# -- summary and html ------------------------------------------------------------------------
+
+_MAXIMIZED = ("episode_return", "eval_return")
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return f"{int(value):,}" if abs(value) < 1e15 else f"{value:.6g}"
+    return f"{value:.6g}"
+
+
+def _summary_rows(frame: pd.DataFrame, x: str) -> list[tuple[str, str, str, str, str]]:
+    """(metric, final, min, max, best) for every column holding at least one number."""
+    rows = []
+    for column in frame.columns:
+        values = frame[column].dropna()
+        if values.empty:
+            continue
+        best = ""
+        if column in _MAXIMIZED:
+            at = values.idxmax()
+            where = frame.at[at, x] if x in frame.columns else at
+            best = f"{_fmt(values.max())} at {x} {_fmt(float(where))}"
+        rows.append((column, _fmt(values.iloc[-1]), _fmt(values.min()), _fmt(values.max()), best))
+    return rows
+
+
+def _html(
+    run_dir: Path,
+    images: Sequence[tuple[str, str]],
+    summary: Sequence[tuple[str, ...]],
+    config_text: str | None,
+    backtest_href: str | None,
+    n_rows: int,
+) -> str:
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>foxhunt run report: {esc(run_dir.name)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px}"
+        "td{text-align:right}td:first-child{text-align:left}img{max-width:100%}"
+        "pre{background:#f5f5f5;padding:1em;overflow-x:auto}</style>",
+        "</head><body>",
+        f"<h1>foxhunt run report: {esc(run_dir.name)}</h1>",
+        f"<p>{n_rows} logged rows from <code>metrics.csv</code>.</p>",
+    ]
+    if backtest_href is not None:
+        parts.append(f'<p><a href="{esc(backtest_href)}">Backtest report</a></p>')
+    parts.append("<h2>Summary</h2><table>")
+    parts.append("<tr><th>metric</th><th>final</th><th>min</th><th>max</th><th>best</th></tr>")
+    for row in summary:
+        parts.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>")
+    parts.append("</table>")
+    if images:
+        parts.append("<h2>Curves</h2>")
+    for filename, title in images:
+        parts.append(
+            f'<figure><img src="{esc(filename)}" alt="{esc(title)}">'
+            f"<figcaption>{esc(title)}</figcaption></figure>"
+        )
+    if config_text is not None:
+        parts.append(f"<h2>Resolved config</h2><pre>{esc(config_text)}</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_run_report(run_dir: Path) -> dict[str, Path]:
+    """Write ``run_dir/report/`` (one PNG per curve present, plus ``index.html``).
+
+    Curves whose columns are entirely empty are skipped. Returns ``{name: path}`` with one entry
+    per PNG written and ``"index"`` for the HTML page. Raises :class:`FoxhuntError` when the run
+    directory or its metrics are missing or empty.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FoxhuntError(f"run directory {run_dir} does not exist")
+    frame = read_metrics(run_dir / "metrics.csv")
+    x = "env_steps" if _has_data(frame, "env_steps") else "row"
+    if x == "row":
+        frame = frame.assign(row=range(len(frame)))
+
+    out_dir = run_dir / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    images: list[tuple[str, str]] = []
+
+    for plot in _PLOTS:
+        if not any(_has_data(frame, column) for column in plot.columns):
+            continue
+        path = out_dir / f"{plot.name}.png"
+        _atomic_write_bytes(path, _single_axes_figure(plot, frame, x))
+        written[plot.name] = path
+        images.append((path.name, plot.title))
+    if any(_has_data(frame, column) for column in _THROUGHPUT):
+        path = out_dir / "throughput.png"
+        _atomic_write_bytes(path, _throughput_figure(frame, x))
+        written["throughput"] = path
+        images.append((path.name, "Throughput"))
+
+    config_path = run_dir / "config.yaml"
+    config_text = (
+        config_path.read_text(encoding="utf-8", errors="replace") if config_path.is_file() else None
+    )
+    backtest_href = (
+        "../backtest/report.html" if (run_dir / "backtest" / "report.html").is_file() else None
+    )
+    summary = _summary_rows(frame.drop(columns=["row"], errors="ignore"), x)
+    page = _html(run_dir, images, summary, config_text, backtest_href, len(frame))
+    index = out_dir / _INDEX
+    _atomic_write_bytes(index, page.encode("utf-8"))
+    written["index"] = index
+    return written

@@ -1,0 +1,319 @@
+"""A run: what to train on, with which hyperparameters, written to and read from a run directory.
+
+The CLI is a thin shell over these functions, so everything it does is also a library call. A run
+directory holds ``config.yaml`` (this spec, resolved), ``metrics.csv``, ``tensorboard/``,
+``checkpoints/``, ``model.safetensors`` + ``model.json`` (the final greedy policy), ``summary.json``
+and, after ``evaluate``, ``backtest/``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import torch
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from foxhunt._io import atomic_write_bytes, atomic_write_text
+from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
+from foxhunt.errors import ConfigError, FoxhuntError
+from foxhunt.envs.trading import TradingEnvConfig
+
+PRESETS = ("default", "conservative", "rainbow", "cartpole", "trading")
+DEFAULT_TOTAL_STEPS = {"trading": 60_000, "gym": 50_000}
+
+
+class MarketSpec(BaseModel):
+    """Where market data comes from and how regimes and splits are built (trading runs only)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data: str | None = None
+    """OHLCV file (CSV or Parquet); None = the embedded synthetic regime-switching market."""
+    synthetic_seed: int = Field(0, ge=0)
+    """Seed of the synthetic market."""
+    detector: Literal["hmm", "volatility_trend"] = "hmm"
+    """Causal regime detector fitted on the training span."""
+    n_regimes: int = Field(4, ge=1, le=16)
+    """Regimes the detector distinguishes."""
+    train_fraction: float = Field(0.7, gt=0.0, lt=1.0)
+    """Chronological share of bars used for training (and for fitting features and regimes)."""
+    validation_fraction: float = Field(0.15, ge=0.0, lt=1.0)
+    """Share of bars after the training span used for evaluation during training."""
+
+
+class RunSpec(BaseModel):
+    """Everything needed to rebuild a run's environments and agent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    env: str | None = None
+    """A Gymnasium env id; None = the trading environment."""
+    market: MarketSpec = MarketSpec()
+    """Market data and regimes (trading runs)."""
+    trading: dict[str, Any] = Field(default_factory=dict)
+    """TradingEnvConfig fields (trading runs)."""
+    total_env_steps: int = Field(50_000, gt=0)
+    """Environment steps to train for."""
+    hyperparameters: DQNHyperparameters = DQNHyperparameters()
+    """The agent's hyperparameters."""
+
+    @property
+    def is_trading(self) -> bool:
+        return self.env is None
+
+    def trading_config(self, **overrides: Any) -> TradingEnvConfig:
+        return TradingEnvConfig(**{**self.trading, **overrides})
+
+    def to_yaml(self) -> str:
+        data = self.model_dump(mode="json")
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def preset(name: str, **overrides: Any) -> DQNHyperparameters:
+    """Hyperparameters of a named preset."""
+    if name == "default":
+        return DQNHyperparameters(**overrides)
+    if name == "conservative":
+        return DQNHyperparameters.conservative(**overrides)
+    if name == "rainbow":
+        return DQNHyperparameters.rainbow(**overrides)
+    if name == "cartpole":
+        return DQNHyperparameters.cartpole(**overrides)
+    if name == "trading":
+        return DQNHyperparameters.trading(**overrides)
+    raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got: {name!r}")
+
+
+def build_spec(
+    *,
+    env: str | None = None,
+    data: str | None = None,
+    config_file: str | None = None,
+    preset_name: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    total_steps: int | None = None,
+    seed: int | None = None,
+) -> RunSpec:
+    """Resolve CLI-style inputs into a validated RunSpec.
+
+    Precedence (lowest first): preset, config file, ``--set`` overrides, ``--seed``. A config file
+    holds either a flat mapping of hyperparameters or sections ``hyperparameters``, ``env``,
+    ``market``, ``trading`` and ``total_env_steps``.
+    """
+    overrides = dict(overrides or {})
+    file_hp: dict[str, Any] = {}
+    file_run: dict[str, Any] = {}
+    if config_file is not None:
+        raw = load_config_dict(Path(config_file), flatten=False)
+        if "hyperparameters" in raw:
+            file_hp = dict(raw.pop("hyperparameters") or {})
+            file_run = raw
+        else:
+            file_hp = raw
+    if env is None:
+        env = file_run.get("env")
+    if env is not None and data is not None:
+        raise ConfigError(f"--data applies to the trading environment, got it with --env {env!r}")
+    trading = env is None
+    if preset_name is None:
+        preset_name = "trading" if trading else ("cartpole" if env == "CartPole-v1" else "default")
+    trading_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("trading.")}
+    market_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("market.")}
+    hp_over = {k: v for k, v in overrides.items() if "." not in k}
+    for k in overrides:
+        if "." in k and not k.startswith(("trading.", "market.")):
+            raise ConfigError(f"unknown setting {k!r} (use a hyperparameter name, trading.X or "
+                              f"market.X)")
+    if seed is not None:
+        hp_over["seed"] = seed
+    hp = preset(preset_name, **{**file_hp, **hp_over})
+    market = {**(file_run.get("market") or {}), **market_over}
+    if data is not None:
+        market["data"] = data
+    steps = total_steps or file_run.get("total_env_steps") or DEFAULT_TOTAL_STEPS[
+        "trading" if trading else "gym"]
+    try:
+        spec = RunSpec(
+            env=env,
+            market=MarketSpec(**market),
+            trading={**(file_run.get("trading") or {}), **trading_over},
+            total_env_steps=steps,
+            hyperparameters=hp,
+        )
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+    if trading:
+        spec.trading_config()  # validate now, before anything is written
+    return spec
+
+
+def load_spec(run_dir: Path) -> RunSpec:
+    """Read ``run_dir/config.yaml`` back into a RunSpec (errors name the file)."""
+    path = run_dir / "config.yaml"
+    if not run_dir.is_dir():
+        raise FoxhuntError(f"run directory not found: {run_dir}")
+    if not path.is_file():
+        raise FoxhuntError(f"not a foxhunt run directory (no config.yaml): {run_dir}")
+    data = load_config_dict(path, flatten=False)
+    try:
+        return RunSpec(**data)
+    except (ValidationError, ConfigError) as err:
+        msg = _format_validation_error(err) if isinstance(err, ValidationError) else str(err)
+        raise ConfigError(f"{path}: {msg}") from None
+
+
+# --- environments ---------------------------------------------------------------------------------
+@dataclass
+class TradingSetup:
+    """The market split into spans and the env factories built on it."""
+
+    market: Any  # MarketArrays over all bars
+    train_end: int
+    val_end: int
+    config: TradingEnvConfig
+
+    def span(self, split: str) -> Any:
+        n = len(self.market)
+        bounds = {
+            "train": (0, self.train_end),
+            "validation": (self.train_end, self.val_end),
+            "test": (self.val_end, n),
+            "all": (0, n),
+        }
+        if split not in bounds:
+            raise ConfigError(f"split must be one of train, validation, test, all, got: {split!r}")
+        start, stop = bounds[split]
+        # Evaluation spans start `window - 1` bars early so the first decision has a full window
+        # of (causal) features; those warm-up bars are only observed, never traded.
+        if split != "train":
+            start = max(0, start - (self.config.window - 1))
+        return self.market.slice(start, stop)
+
+    def train_env(self) -> gym.Env:
+        from foxhunt.envs.trading import TradingEnv
+
+        return TradingEnv(self.span("train"), self.config)
+
+    def eval_env(self, split: str = "validation") -> gym.Env:
+        from foxhunt.envs.trading import TradingEnv
+
+        return TradingEnv(self.span(split), self.config, eval_mode=True)
+
+
+def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSetup:
+    """Load (or synthesise) the market, fit features and regimes on the training span only."""
+    from foxhunt.markets.data import load_ohlcv
+    from foxhunt.markets.pipeline import default_market, prepare_market
+
+    m = spec.market
+    config = spec.trading_config()
+    source = data_override if data_override is not None else m.data
+    min_rows = 3 * (config.window + 2)
+    if source is None:
+        df = default_market(seed=m.synthetic_seed)
+    else:
+        df = load_ohlcv(source, min_rows=min_rows)
+    n = len(df)
+    train_end = int(n * m.train_fraction)
+    val_end = min(n, train_end + int(n * m.validation_fraction))
+    if train_end < config.window + 2 or n - val_end < 2:
+        raise ConfigError(
+            f"market has {n} bars: too few for train_fraction={m.train_fraction} and "
+            f"window={config.window}"
+        )
+    market = prepare_market(
+        df, train_end=train_end, detector=m.detector, n_regimes=m.n_regimes,
+        seed=spec.hyperparameters.seed,
+    )
+    return TradingSetup(market=market, train_end=train_end, val_end=val_end, config=config)
+
+
+def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
+    """(training env or factory, evaluation env or factory, trading setup or None)."""
+    if spec.is_trading:
+        setup = build_trading(spec)
+        return setup.train_env, setup.eval_env("validation"), setup
+    env_id = spec.env
+    assert env_id is not None
+    try:
+        probe = gym.make(env_id)
+    except gym.error.Error as err:
+        raise ConfigError(f"env must be a registered Gymnasium id, got: {env_id!r} "
+                          f"({str(err).splitlines()[0]})") from None
+    probe.close()
+    return env_id, env_id, None
+
+
+# --- the final model ----------------------------------------------------------------------------
+def save_model(run_dir: Path, agent: Any, spec: RunSpec) -> None:
+    """The greedy policy: online-net weights (safetensors) and what is needed to rebuild it (JSON)."""
+    from safetensors.torch import save as st_save
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in agent.online_net.state_dict().items()}
+    atomic_write_bytes(run_dir / "model.safetensors", st_save(tensors))
+    meta = {
+        "format": "foxhunt-model",
+        "format_version": 1,
+        "obs_dim": agent.obs_dim,
+        "n_actions": agent.n_actions,
+        "n_regimes": agent.online_net.n_regimes,
+        "hyperparameters": spec.hyperparameters.to_dict(),
+    }
+    atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
+
+
+def load_model(run_dir: Path) -> Any:
+    """Rebuild the greedy agent saved by :func:`save_model` (weights checked key by key)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from foxhunt.learner import DQNAgent
+
+    meta_path, weights = run_dir / "model.json", run_dir / "model.safetensors"
+    for p in (meta_path, weights):
+        if not p.is_file():
+            raise FoxhuntError(f"run directory has no trained model: {p} is missing")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise FoxhuntError(f"{meta_path} is not valid JSON: {err}") from None
+    if meta.get("format") != "foxhunt-model" or meta.get("format_version") != 1:
+        raise FoxhuntError(f"{meta_path}: unknown model format {meta.get('format')!r} "
+                           f"version {meta.get('format_version')!r}")
+    hp = DQNHyperparameters(**{**meta["hyperparameters"], "device": "cpu", "compile": False})
+    obs_space = gym.spaces.Box(-float("inf"), float("inf"), (int(meta["obs_dim"]),))
+    agent = DQNAgent(obs_space, gym.spaces.Discrete(int(meta["n_actions"])), hp,
+                     n_regimes=int(meta["n_regimes"]))
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise FoxhuntError(f"{weights} is not a valid safetensors file: {err}") from None
+    expected = agent.online_net.state_dict()
+    for k, v in expected.items():
+        if k not in state:
+            raise FoxhuntError(f"{weights}: missing tensor {k!r}")
+        if state[k].shape != v.shape or state[k].dtype != v.dtype:
+            raise FoxhuntError(f"{weights}: tensor {k!r} has shape {tuple(state[k].shape)} "
+                               f"{state[k].dtype}, expected {tuple(v.shape)} {v.dtype}")
+    extra = set(state) - set(expected)
+    if extra:
+        raise FoxhuntError(f"{weights}: unexpected tensors {sorted(extra)}")
+    agent.online_net.load_state_dict(state)
+    agent.online_net.eval()
+    return agent
+
+
+def model_policy(agent: Any):  # type: ignore[no-untyped-def]
+    """A greedy ``obs -> action`` function for backtests (noise off)."""
+    agent.online_net.eval()
+
+    @torch.inference_mode()
+    def act(obs: Any) -> int:
+        return int(agent.greedy_actions(obs)[0])
+
+    return act

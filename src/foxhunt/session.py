@@ -1,0 +1,169 @@
+"""Run-level orchestration: train into a run directory, resume it exactly, evaluate it.
+
+Order matters for "nothing is lost": every input is validated and the environments and trainer are
+built *before* the run directory is created, so a bad input leaves no partial output behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from foxhunt._io import atomic_write_text
+from foxhunt.errors import FoxhuntError, TrainingHalted
+from foxhunt.runs import RunSpec, load_model, load_spec, make_envs, model_policy, save_model
+from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+
+log = logging.getLogger("foxhunt.session")
+
+
+class TrainerCheckpointer:
+    """Connects a trainer to a :class:`~foxhunt.checkpoint.CheckpointManager`."""
+
+    def __init__(self, run_dir: Path, keep_last: int) -> None:
+        from foxhunt.checkpoint import CheckpointManager
+
+        self.manager = CheckpointManager(run_dir, keep_last=keep_last)
+
+    def save(self, trainer: DQNTrainer) -> Path:
+        tensors, state = capture_state(trainer)
+        return self.manager.save(tensors, state, step=trainer.env_steps)
+
+
+def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTrainer:
+    train_env, eval_env, _ = make_envs(spec)
+    return DQNTrainer(spec.hyperparameters, train_env, eval_env=eval_env, run_dir=run_dir,
+                      progress=progress)
+
+
+def _finish(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, summary: dict[str, Any]) -> None:
+    save_model(run_dir, trainer.agent, spec)
+    summary = {**summary, "health": [e.__dict__ for e in trainer.health.events]}
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2, default=float))
+
+
+def _train_loop(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, total: int,
+                progress: bool) -> dict[str, Any]:
+    from foxhunt.logging import print_summary
+
+    try:
+        summary = trainer.learn(total)
+    except TrainingHalted:
+        # The last good checkpoint stays in place (no new save: the weights may be bad).
+        trainer._checkpointer = None
+        raise
+    finally:
+        if trainer.logger is not None:
+            trainer.logger.close()
+        trainer.close()
+    _finish(trainer, spec, run_dir, summary)
+    if progress:
+        print_summary({k: v for k, v in summary.items() if not isinstance(v, list)})
+    return summary
+
+
+def run_training(spec: RunSpec, run_dir: Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train a fresh run into ``run_dir`` (config, metrics, checkpoints, final model)."""
+    from foxhunt.logging import MetricLogger
+
+    trainer = _build_trainer(spec, run_dir, progress=progress)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
+    trainer.logger = MetricLogger(run_dir)
+    trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
+    hp = spec.hyperparameters
+    log.info("training %s for %d env steps; effective batch size %d", spec.env or "trading",
+             spec.total_env_steps, hp.effective_batch_size)
+    if progress:
+        print(f"foxhunt: run {run_dir} | effective batch size {hp.effective_batch_size} "
+              f"({hp.batch_size} x {hp.gradient_accumulation_steps})")
+    return _train_loop(trainer, spec, run_dir, spec.total_env_steps, progress)
+
+
+def resume_training(run_dir: Path, *, total_steps: int | None = None,
+                    progress: bool = True) -> dict[str, Any]:
+    """Continue ``run_dir`` from its latest checkpoint, exactly as if it had never stopped."""
+    from foxhunt.checkpoint import CheckpointManager
+    from foxhunt.errors import CheckpointError
+    from foxhunt.logging import MetricLogger
+
+    spec = load_spec(run_dir)
+    manager = CheckpointManager(run_dir, keep_last=spec.hyperparameters.keep_checkpoints)
+    loaded = manager.load_latest()
+    if loaded is None:
+        raise CheckpointError(f"no checkpoint to resume from in {run_dir / 'checkpoints'}")
+    tensors, state, path = loaded
+    trainer = _build_trainer(spec, run_dir, progress=progress)
+    restore_state(trainer, tensors, state)
+    total = total_steps or trainer.total_env_steps or spec.total_env_steps
+    if total <= trainer.env_steps:
+        raise FoxhuntError(f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
+                           f"steps, got: {total}")
+    if total != spec.total_env_steps:
+        spec = spec.model_copy(update={"total_env_steps": total})
+        atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
+    trainer.logger = MetricLogger(run_dir, resume=True,
+                                  truncate_after_env_steps=trainer.env_steps)
+    trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
+    if progress:
+        print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
+    return _train_loop(trainer, spec, run_dir, total, progress)
+
+
+def evaluate_run(run_dir: Path, *, data: str | None = None, split: str = "test",
+                 episodes: int = 10) -> dict[str, Any]:
+    """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run."""
+    spec = load_spec(run_dir)
+    agent = load_model(run_dir)
+    act = model_policy(agent)
+    if not spec.is_trading:
+        import gymnasium as gym
+
+        env = gym.make(spec.env)  # type: ignore[arg-type]
+        returns = []
+        for k in range(episodes):
+            obs, _ = env.reset(seed=spec.hyperparameters.seed + 2_000_003 + k)
+            done, total = False, 0.0
+            while not done:
+                obs, r, term, trunc, _ = env.step(act(np.asarray(obs, np.float32)))
+                total += float(r)
+                done = bool(term or trunc)
+            returns.append(total)
+        out = {"env": spec.env, "episodes": episodes, "mean_return": float(np.mean(returns)),
+               "std_return": float(np.std(returns))}
+        atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
+        return out
+    return backtest_run(run_dir, spec, act, data=data, split=split)
+
+
+def backtest_run(run_dir: Path, spec: RunSpec, act: Any, *, data: str | None,
+                 split: str) -> dict[str, Any]:
+    """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle."""
+    from foxhunt import backtest as bt
+    from foxhunt.runs import build_trading
+
+    setup = build_trading(spec, data_override=data)
+    span = setup.span(split)
+    config = setup.config
+    agent_res = bt.run_policy(span, act, config, "agent")
+    results = [agent_res, bt.buy_and_hold(span, config), bt.flat(span, config)]
+    capture = None
+    if span.true_regimes is not None:
+        oracle = bt.regime_oracle(span, config, setup.span("train"))
+        results.append(oracle)
+        capture = bt.oracle_capture(agent_res, oracle)
+    out_dir = run_dir / "backtest"
+    files = bt.write_report(out_dir, results, title=f"foxhunt backtest: {split} span")
+    summary = {
+        "split": split,
+        "data": data or spec.market.data or "synthetic",
+        "bars": len(span),
+        "metrics": {r.name: r.metrics for r in results},
+        "oracle_capture": capture,
+        "report": str(files.get("html", out_dir)),
+    }
+    return summary

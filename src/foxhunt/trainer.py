@@ -1,0 +1,630 @@
+"""The training loop: collect -> store -> learn -> update priorities -> evaluate / log / save.
+
+The trainer owns counters and schedules (epsilon and PER beta in environment steps); the agent owns
+the optimization step (LR and target sync in optimizer steps). All loop state lives on ``self`` so
+a checkpoint can capture it and a resumed run continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from foxhunt.batch import split_sizes
+from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import ConfigError
+from foxhunt.health import HealthMonitor
+from foxhunt.learner import DQNAgent
+from foxhunt.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
+
+log = logging.getLogger("foxhunt.trainer")
+
+EnvLike = str | gym.Env | Callable[[], gym.Env]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy's global RNG and torch (foxhunt's own RNGs are seeded separately)."""
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _env_factory(env: EnvLike) -> Callable[[], gym.Env]:
+    if isinstance(env, str):
+        env_id = env
+
+        def make() -> gym.Env:
+            try:
+                return gym.make(env_id)
+            except gym.error.Error as err:
+                raise ConfigError(f"env must be a registered Gymnasium id, got: {env_id!r} "
+                                  f"({str(err).splitlines()[0]})") from None
+
+        return make
+    if isinstance(env, gym.Env):
+        return lambda: env
+    if callable(env):
+        return env
+    raise ConfigError(f"env must be a Gymnasium env, env id or factory, got: {type(env).__name__}")
+
+
+def make_vector_env(env: EnvLike, n_envs: int, backend: str = "sync") -> gym.vector.VectorEnv:
+    """A vector env that autoresets in the same step, exposing the true final observation."""
+    factory = _env_factory(env)
+    if isinstance(env, gym.Env) and n_envs > 1:
+        raise ConfigError(
+            f"n_envs must be 1 when passing an env instance, got: {n_envs} "
+            "(pass an env id or a factory to run environments in parallel)"
+        )
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    fns = [factory for _ in range(n_envs)]
+    if backend == "async" and n_envs > 1:
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+def n_regimes_of(env: gym.Env | gym.vector.VectorEnv) -> int:
+    """The number of regime probabilities an environment appends to its observation (0 = none)."""
+    if isinstance(env, gym.vector.VectorEnv):
+        try:
+            return int(env.get_attr("n_regimes")[0])
+        except AttributeError:
+            return 0
+    return int(getattr(env.unwrapped, "n_regimes", 0) or 0)
+
+
+@dataclass
+class _Window:
+    """Running sums between two metrics rows (kept as floats; cheap, deterministic)."""
+
+    updates: int = 0
+    loss: float = 0.0
+    pre: float = 0.0
+    post: float = 0.0
+    clipped: int = 0
+    q_mean: float = 0.0
+    returns: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+    env_steps0: int = 0
+
+
+class DQNTrainer:
+    """Trains a :class:`DQNAgent` on any discrete-action Gymnasium environment.
+
+    Parts are injected, not inherited: pass ``logger`` (anything with ``log(row)``), ``eval_env``
+    and ``checkpoints`` to replace the defaults.
+    """
+
+    def __init__(
+        self,
+        hyperparameters: DQNHyperparameters,
+        env: EnvLike,
+        *,
+        eval_env: EnvLike | None = None,
+        run_dir: str | Path | None = None,
+        logger: Any | None = None,
+        progress: bool = False,
+    ) -> None:
+        hp = hyperparameters
+        self.hp = hp
+        if hp.torch_threads:
+            torch.set_num_threads(hp.torch_threads)
+        seed_everything(hp.seed)
+        self.envs = make_vector_env(env, hp.n_envs, hp.vector_env)
+        self._eval_source: EnvLike = eval_env if eval_env is not None else env
+        self._eval_env: gym.Env | None = None
+        obs_space = self.envs.single_observation_space
+        act_space = self.envs.single_action_space
+        self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
+        self.device = self.agent.device
+        replay_device = self.device if hp.replay_on_device else torch.device("cpu")
+        obs_shape = tuple(obs_space.shape)
+        if hp.prioritized_replay:
+            self.replay: ReplayBuffer = PrioritizedReplayBuffer(
+                hp.buffer_capacity, obs_shape, alpha=hp.per_alpha, eps=hp.per_eps,
+                device=replay_device, seed=hp.seed,
+            )
+        else:
+            self.replay = ReplayBuffer(
+                hp.buffer_capacity, obs_shape, device=replay_device, seed=hp.seed
+            )
+        self._warn_memory()
+        self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs)
+        self.health = HealthMonitor(hp)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.logger = logger
+        self.progress = progress
+        # Loop state (all checkpointed).
+        self.env_steps = 0
+        self.episodes = 0
+        self.total_env_steps = 0
+        self.last_eval_return: float | None = None
+        self.best_eval_return: float | None = None
+        self.eval_history: list[tuple[int, float]] = []
+        self._obs: np.ndarray | None = None
+        self._ep_return = np.zeros(hp.n_envs, dtype=np.float64)
+        self._ep_length = np.zeros(hp.n_envs, dtype=np.int64)
+        self._window = _Window()
+        self._train_rounds = 0
+        self._next_log = hp.log_interval
+        self._next_eval = hp.eval_interval if hp.eval_interval else math.inf
+        self._next_ckpt = hp.checkpoint_interval if hp.checkpoint_interval else math.inf
+        self._checkpointer: Any | None = None
+        self._pending_eval: float | None = None
+        self._t_origin = time.perf_counter()
+        log.info("effective batch size %d (batch_size %d x gradient_accumulation_steps %d)",
+                 hp.effective_batch_size, hp.batch_size, hp.gradient_accumulation_steps)
+
+    # --- schedules (environment steps) ---------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        """Exploration rate now; always 0 with noisy nets (they explore by themselves)."""
+        hp = self.hp
+        if hp.noisy_nets:
+            return 0.0
+        span = hp.exploration_fraction * max(self.total_env_steps, 1)
+        frac = 1.0 if span <= 0 else min(1.0, self.env_steps / span)
+        return hp.exploration_initial_eps + frac * (
+            hp.exploration_final_eps - hp.exploration_initial_eps
+        )
+
+    @property
+    def beta(self) -> float:
+        """PER importance-sampling exponent now (annealed linearly in environment steps)."""
+        hp = self.hp
+        span = hp.per_beta_fraction * max(self.total_env_steps, 1)
+        frac = 1.0 if span <= 0 else min(1.0, self.env_steps / span)
+        return hp.per_beta_start + frac * (hp.per_beta_end - hp.per_beta_start)
+
+    def _warn_memory(self) -> None:
+        """Warn before training when replay would not fit in free memory (SB3 does the same)."""
+        need = self.replay.nbytes
+        try:
+            import os
+
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return
+        if need > 0.8 * avail:
+            log.warning("replay buffer needs %.2f GB but only %.2f GB of memory is free",
+                        need / 1e9, avail / 1e9)
+
+    # --- one optimizer step ----------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        """Sample the effective batch once, accumulate its micro-batches, take one optimizer step.
+
+        PER weights are normalised over the whole effective batch at sampling time and priorities
+        are updated once, from the TD errors of every micro-batch of the window.
+        """
+        hp, agent = self.hp, self.agent
+        eff = hp.effective_batch_size
+        batch = self.replay.sample(eff, beta=self.beta).to(self.device, non_blocking=True)
+        micro = batch.split(split_sizes(eff, hp.gradient_accumulation_steps))
+        last = len(micro) - 1
+        results = [
+            agent.backward_micro_batch(mb, len(mb) / eff, sync=i == last)
+            for i, mb in enumerate(micro)
+        ]
+        stats = agent.optimizer_step()
+        loss = sum(r.loss * (len(mb) / eff) for r, mb in zip(results, micro, strict=True))
+        q_mean = sum(r.q_mean * (len(mb) / eff) for r, mb in zip(results, micro, strict=True))
+        q_abs_max = torch.stack([r.q_abs_max for r in results]).max()
+        if isinstance(self.replay, PrioritizedReplayBuffer) and not stats.skipped:
+            td = torch.cat([r.td_errors for r in results]).float().cpu().numpy()
+            self.replay.update_priorities(batch.indices.cpu().numpy(), td)
+        metrics = {
+            "loss": float(loss),
+            "grad_norm_pre_clip": stats.pre_clip_norm,
+            "grad_norm_post_clip": stats.post_clip_norm,
+            "clipped": float(stats.clipped),
+            "skipped": float(stats.skipped),
+            "effective_batch_size": float(eff),
+            "lr": stats.lr,
+            "q_mean": float(q_mean),
+            "q_abs_max": float(q_abs_max),
+            "optimizer_steps": float(stats.optimizer_steps),
+        }
+        self.health.check_update(
+            skipped=stats.skipped,
+            consecutive_skips=agent.consecutive_skips,
+            pre_clip_norm=stats.pre_clip_norm,
+            q_abs_max=metrics["q_abs_max"],
+            env_steps=self.env_steps,
+            optimizer_steps=agent.optimizer_steps,
+        )
+        return metrics
+
+    # --- collection -------------------------------------------------------------------------------
+    def _reset_envs(self) -> None:
+        obs, _ = self.envs.reset(seed=self.hp.seed)
+        self._obs = np.asarray(obs, dtype=np.float32)
+
+    def collect_step(self) -> None:
+        """One vector step: act, step, store (n-step) transitions, track episodes."""
+        hp = self.hp
+        if self._obs is None:
+            self._reset_envs()
+        obs = self._obs
+        assert obs is not None
+        if self.env_steps < hp.learning_starts:
+            actions = self.agent.rng.integers(0, self.agent.n_actions, size=hp.n_envs)
+        else:
+            actions = np.asarray(self.agent.act(obs, self.epsilon))
+        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        next_obs = np.asarray(next_obs, dtype=np.float32)
+        rewards = np.asarray(rewards, dtype=np.float64)
+        ended = np.logical_or(terminated, truncated)
+        real_next = next_obs
+        if ended.any():
+            real_next = next_obs.copy()
+            final = infos["final_obs"]
+            for i in np.flatnonzero(ended):
+                real_next[i] = np.asarray(final[i], dtype=np.float32)
+        self.health.check_env_step(real_next, rewards, self.env_steps + hp.n_envs)
+        tr = self.nstep.push(obs, actions, rewards, real_next, terminated, truncated)
+        if len(tr.actions):
+            self.replay.add(tr.obs, tr.actions, tr.rewards, tr.next_obs, tr.dones, tr.discounts)
+        self._ep_return += rewards
+        self._ep_length += 1
+        for i in np.flatnonzero(ended):
+            self._window.returns.append(float(self._ep_return[i]))
+            self._window.lengths.append(int(self._ep_length[i]))
+            self._ep_return[i] = 0.0
+            self._ep_length[i] = 0
+            self.episodes += 1
+        self._obs = next_obs
+        self.env_steps += hp.n_envs
+
+    # --- evaluation -------------------------------------------------------------------------------
+    def evaluate(self, n_episodes: int | None = None, *, max_steps: int = 1_000_000) -> float:
+        """Mean greedy return (noise off) over episodes with fixed seeds, so evals are comparable."""
+        n = n_episodes or self.hp.eval_episodes
+        if self._eval_env is None:
+            src = self._eval_source
+            self._eval_env = _env_factory(src)() if not isinstance(src, gym.Env) else src
+        env = self._eval_env
+        returns = []
+        with self.agent.evaluation():
+            for k in range(n):
+                obs, _ = env.reset(seed=self.hp.seed + 1_000_003 + k)
+                total, done, steps = 0.0, False, 0
+                while not done and steps < max_steps:
+                    action = int(self.agent.greedy_actions(np.asarray(obs, np.float32))[0])
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    total += float(reward)
+                    done = bool(terminated or truncated)
+                    steps += 1
+                returns.append(total)
+        return float(np.mean(returns))
+
+    # --- the loop ----------------------------------------------------------------------------------
+    def learn(self, total_env_steps: int, *, callback: Callable[[dict], Any] | None = None) -> dict:
+        """Train until ``total_env_steps`` environment steps; returns a summary."""
+        if not isinstance(total_env_steps, int) or total_env_steps <= 0:
+            raise ConfigError(f"total_env_steps must be a positive integer, got: {total_env_steps!r}")
+        hp = self.hp
+        self.total_env_steps = total_env_steps
+        progress = self._make_progress(total_env_steps)
+        t_start = time.perf_counter()
+        steps_start, updates_start = self.env_steps, self.agent.optimizer_steps
+        try:
+            while self.env_steps < total_env_steps:
+                self.collect_step()
+                rounds = self.env_steps // hp.train_freq
+                if self.env_steps >= hp.learning_starts:
+                    for _ in range(rounds - self._train_rounds):
+                        for _ in range(hp.gradient_steps):
+                            self._accumulate(self.train_step())
+                self._train_rounds = rounds
+                if self.env_steps >= self._next_eval:
+                    self._run_eval()
+                if self.env_steps >= self._next_log or self.env_steps >= total_env_steps:
+                    row = self._emit_row()
+                    if progress is not None:
+                        progress.update(self.env_steps, row)
+                    if callback is not None:
+                        callback(row)
+                if self.env_steps >= self._next_ckpt:
+                    self._next_ckpt += hp.checkpoint_interval
+                    self.save_checkpoint()
+        except KeyboardInterrupt:
+            log.warning("interrupted at env step %d: saving a checkpoint", self.env_steps)
+            self.save_checkpoint()
+            raise
+        finally:
+            if progress is not None:
+                progress.close()
+        elapsed = time.perf_counter() - t_start
+        summary = {
+            "env_steps": self.env_steps,
+            "optimizer_steps": self.agent.optimizer_steps,
+            "episodes": self.episodes,
+            "effective_batch_size": hp.effective_batch_size,
+            "last_eval_return": self.last_eval_return,
+            "best_eval_return": self.best_eval_return,
+            "skipped_steps": self.agent.skipped_steps,
+            "health_events": len(self.health.events),
+            "wall_time_s": elapsed,
+            "env_steps_per_s": (self.env_steps - steps_start) / max(elapsed, 1e-9),
+            "updates_per_s": (self.agent.optimizer_steps - updates_start) / max(elapsed, 1e-9),
+        }
+        if self._checkpointer is not None:
+            self.save_checkpoint()
+        return summary
+
+    def _run_eval(self) -> None:
+        ret = self.evaluate()
+        self.last_eval_return = ret
+        self.best_eval_return = ret if self.best_eval_return is None else max(
+            self.best_eval_return, ret)
+        self.eval_history.append((self.env_steps, ret))
+        while self._next_eval <= self.env_steps:
+            self._next_eval += self.hp.eval_interval
+        self._pending_eval = ret
+
+    def _accumulate(self, m: dict[str, float]) -> None:
+        w = self._window
+        w.updates += 1
+        w.loss += m["loss"]
+        w.pre += m["grad_norm_pre_clip"] if math.isfinite(m["grad_norm_pre_clip"]) else 0.0
+        w.post += m["grad_norm_post_clip"] if math.isfinite(m["grad_norm_post_clip"]) else 0.0
+        w.clipped += int(m["clipped"])
+        w.q_mean += m["q_mean"]
+
+    def _emit_row(self) -> dict[str, Any]:
+        hp, w = self.hp, self._window
+        now = time.perf_counter()
+        dt = max(now - w.t0, 1e-9)
+        u = w.updates
+        row: dict[str, Any] = {
+            "time_s": round(now - self._t_origin, 3),
+            "env_steps": self.env_steps,
+            "optimizer_steps": self.agent.optimizer_steps,
+            "episodes": self.episodes,
+            "episode_return": float(np.mean(w.returns)) if w.returns else None,
+            "episode_length": float(np.mean(w.lengths)) if w.lengths else None,
+            "loss": w.loss / u if u else None,
+            "grad_norm_pre_clip": w.pre / u if u else None,
+            "grad_norm_post_clip": w.post / u if u else None,
+            "clipped": w.clipped,
+            "clip_rate": w.clipped / u if u else None,
+            "q_mean": w.q_mean / u if u else None,
+            "lr": float(self.agent.optimizer.param_groups[0]["lr"]),
+            "epsilon": self.epsilon,
+            "beta": self.beta if hp.prioritized_replay else None,
+            "effective_batch_size": hp.effective_batch_size,
+            "env_steps_per_s": (self.env_steps - w.env_steps0) / dt,
+            "updates_per_s": u / dt,
+            "skipped_steps": self.agent.skipped_steps,
+            "eval_return": self._pending_eval,
+        }
+        self._pending_eval = None
+        self._window = _Window(t0=now, env_steps0=self.env_steps)
+        while self._next_log <= self.env_steps:
+            self._next_log += hp.log_interval
+        if self.logger is not None:
+            self.logger.log(row)
+        return row
+
+    def _make_progress(self, total: int) -> Any | None:
+        if not self.progress:
+            return None
+        from foxhunt.logging import ProgressDisplay
+
+        return ProgressDisplay(total)
+
+    # --- checkpoints (wired by foxhunt.checkpoint) ---------------------------------------------------
+    def save_checkpoint(self) -> Path | None:
+        """Save a checkpoint if a checkpoint manager is attached (see :meth:`attach_checkpoints`)."""
+        if self._checkpointer is None:
+            return None
+        return self._checkpointer.save(self)
+
+    def close(self) -> None:
+        """Close environments and sinks."""
+        self.envs.close()
+        if self._eval_env is not None and self._eval_env is not self._eval_source:
+            self._eval_env.close()
+
+
+# --- exact resume ------------------------------------------------------------------------------------
+def _encode_np_global() -> dict[str, Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"name": name, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+            "cached": float(cached)}
+
+
+def _decode_np_global(s: dict[str, Any]) -> None:
+    np.random.set_state((s["name"], np.asarray(s["keys"], dtype=np.uint32), s["pos"],
+                         s["has_gauss"], s["cached"]))
+
+
+def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Everything a resumed run needs: tensors (safetensors) and the rest (JSON)."""
+    import random
+
+    from foxhunt.envstate import get_vector_env_state
+
+    agent = trainer.agent
+    tensors: dict[str, torch.Tensor] = {}
+    for k, v in agent.online_net.state_dict().items():
+        tensors[f"online.{k}"] = v
+    for k, v in agent.target_net.state_dict().items():
+        tensors[f"target.{k}"] = v
+    opt = agent.optimizer.state_dict()
+    opt_scalars: dict[str, dict[str, Any]] = {}
+    for idx, st in opt["state"].items():
+        for key, val in st.items():
+            if torch.is_tensor(val):
+                tensors[f"optim.{idx}.{key}"] = val
+            else:
+                opt_scalars.setdefault(str(idx), {})[key] = val
+    tensors["rng.torch"] = torch.get_rng_state()
+    tensors["rng.noise"] = agent.noise_generator.get_state()
+    tensors.update(trainer.replay.state_tensors())
+    tensors.update(trainer.nstep.state_tensors())
+    if trainer._obs is not None:
+        tensors["loop.obs"] = torch.from_numpy(trainer._obs.copy())
+    tensors["loop.ep_return"] = torch.from_numpy(trainer._ep_return.copy())
+    tensors["loop.ep_length"] = torch.from_numpy(trainer._ep_length.copy())
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    w = trainer._window
+    sched = {k: v for k, v in agent.scheduler.state_dict().items() if k != "lr_lambdas"}
+    state: dict[str, Any] = {
+        "kind": "foxhunt-trainer",
+        "hyperparameters": trainer.hp.to_dict(),
+        "optimizer": {"param_groups": opt["param_groups"], "scalars": opt_scalars,
+                      "n_state": len(opt["state"])},
+        "scheduler": sched,
+        "scaler": agent.scaler.state_dict() if agent.scaler is not None else None,
+        "agent": {
+            "optimizer_steps": agent.optimizer_steps,
+            "skipped_steps": agent.skipped_steps,
+            "consecutive_skips": agent.consecutive_skips,
+            "rng": agent.rng.bit_generator.state,
+        },
+        "loop": {
+            "env_steps": trainer.env_steps,
+            "episodes": trainer.episodes,
+            "total_env_steps": trainer.total_env_steps,
+            "last_eval_return": trainer.last_eval_return,
+            "best_eval_return": trainer.best_eval_return,
+            "eval_history": trainer.eval_history,
+            "pending_eval": trainer._pending_eval,
+            "train_rounds": trainer._train_rounds,
+            "next_log": trainer._next_log,
+            "next_eval": None if math.isinf(trainer._next_eval) else trainer._next_eval,
+            "next_ckpt": None if math.isinf(trainer._next_ckpt) else trainer._next_ckpt,
+            "has_obs": trainer._obs is not None,
+            "window": {"updates": w.updates, "loss": w.loss, "pre": w.pre, "post": w.post,
+                       "clipped": w.clipped, "q_mean": w.q_mean, "returns": w.returns,
+                       "lengths": w.lengths, "env_steps0": w.env_steps0},
+        },
+        "replay": trainer.replay.state_json(),
+        "nstep": trainer.nstep.state_json(),
+        "health": trainer.health.state_json(),
+        "envs": get_vector_env_state(trainer.envs),
+        "rng": {"python": _jsonable_py_random(random.getstate()), "numpy": _encode_np_global()},
+    }
+    # Normalise to plain JSON types (tuples become lists) so a saved-then-loaded state compares
+    # equal to a freshly captured one.
+    return tensors, json.loads(json.dumps(state))
+
+
+def _jsonable_py_random(s: tuple) -> list:  # type: ignore[type-arg]
+    return [s[0], list(s[1]), s[2]]
+
+
+def restore_state(
+    trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any]
+) -> None:
+    """Load :func:`capture_state` output into a freshly built trainer of the same spec.
+
+    Every tensor is checked against the trainer's own shapes and dtypes *before* anything is
+    changed, so a mismatched checkpoint leaves the trainer untouched.
+    """
+    import random
+
+    from foxhunt.envstate import set_vector_env_state
+    from foxhunt.errors import CheckpointError
+
+    agent = trainer.agent
+    if state.get("kind") != "foxhunt-trainer":
+        raise CheckpointError(f"checkpoint state is not a foxhunt trainer state "
+                              f"(kind={state.get('kind')!r})")
+    if state["hyperparameters"] != trainer.hp.to_dict():
+        diff = sorted(k for k, v in state["hyperparameters"].items()
+                      if trainer.hp.to_dict().get(k) != v)
+        raise CheckpointError(f"checkpoint hyperparameters differ from the run's: {diff}")
+    expected: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    for prefix, net in (("online", agent.online_net), ("target", agent.target_net)):
+        for k, v in net.state_dict().items():
+            expected[f"{prefix}.{k}"] = (v.dtype, tuple(v.shape))
+    for key, (dtype, shape) in expected.items():
+        if key not in tensors:
+            raise CheckpointError(f"checkpoint is missing tensor {key!r}")
+        t = tensors[key]
+        if t.dtype != dtype or tuple(t.shape) != shape:
+            raise CheckpointError(f"checkpoint tensor {key!r} is {t.dtype} {tuple(t.shape)}, "
+                                  f"expected {dtype} {shape}")
+    params = list(agent.online_net.parameters())
+    if state["optimizer"]["n_state"] > len(params):
+        raise CheckpointError("checkpoint optimizer state has more entries than the network")
+    size = int(state["replay"]["size"])
+    if size > trainer.replay.capacity:
+        raise CheckpointError(f"checkpoint replay holds {size} rows, more than buffer_capacity "
+                              f"{trainer.replay.capacity}")
+    # Apply.
+    agent.online_net.load_state_dict({k[7:]: v for k, v in tensors.items()
+                                      if k.startswith("online.")})
+    agent.target_net.load_state_dict({k[7:]: v for k, v in tensors.items()
+                                      if k.startswith("target.")})
+    opt_state: dict[int, dict[str, Any]] = {}
+    for k, v in tensors.items():
+        if k.startswith("optim."):
+            _, idx, key = k.split(".", 2)
+            opt_state.setdefault(int(idx), {})[key] = v
+    for idx, scalars in state["optimizer"]["scalars"].items():
+        opt_state.setdefault(int(idx), {}).update(scalars)
+    agent.optimizer.load_state_dict({"state": opt_state,
+                                     "param_groups": state["optimizer"]["param_groups"]})
+    agent.scheduler.load_state_dict({**state["scheduler"], "lr_lambdas": [None]})
+    if agent.scaler is not None and state["scaler"]:
+        agent.scaler.load_state_dict(state["scaler"])
+    a = state["agent"]
+    agent.optimizer_steps = int(a["optimizer_steps"])
+    agent.skipped_steps = int(a["skipped_steps"])
+    agent.consecutive_skips = int(a["consecutive_skips"])
+    agent.rng.bit_generator.state = a["rng"]
+    torch.set_rng_state(tensors["rng.torch"])
+    agent.noise_generator.set_state(tensors["rng.noise"])
+    trainer.replay.load_state(tensors, state["replay"])
+    trainer.nstep.load_state(tensors, state["nstep"])
+    trainer.health.load_state(state["health"])
+    lp = state["loop"]
+    trainer.env_steps = int(lp["env_steps"])
+    trainer.episodes = int(lp["episodes"])
+    trainer.total_env_steps = int(lp["total_env_steps"])
+    trainer.last_eval_return = lp["last_eval_return"]
+    trainer.best_eval_return = lp["best_eval_return"]
+    trainer.eval_history = [tuple(x) for x in lp["eval_history"]]  # type: ignore[misc]
+    trainer._pending_eval = lp["pending_eval"]
+    trainer._train_rounds = int(lp["train_rounds"])
+    trainer._next_log = int(lp["next_log"])
+    trainer._next_eval = math.inf if lp["next_eval"] is None else int(lp["next_eval"])
+    trainer._next_ckpt = math.inf if lp["next_ckpt"] is None else int(lp["next_ckpt"])
+    w = lp["window"]
+    trainer._window = _Window(
+        updates=w["updates"], loss=w["loss"], pre=w["pre"], post=w["post"],
+        clipped=w["clipped"], q_mean=w["q_mean"], returns=list(w["returns"]),
+        lengths=list(w["lengths"]), env_steps0=w["env_steps0"],
+    )
+    trainer._ep_return = tensors["loop.ep_return"].numpy().copy()
+    trainer._ep_length = tensors["loop.ep_length"].numpy().copy()
+    if lp["has_obs"]:
+        if state["envs"] is not None:
+            trainer._obs = tensors["loop.obs"].numpy().copy()
+            trainer.envs.reset(seed=trainer.hp.seed)  # builds internal buffers; state overwritten
+            set_vector_env_state(trainer.envs, state["envs"])
+        else:
+            log.warning("this environment's state cannot be captured: resuming from a fresh "
+                        "reset (episodes in progress at the checkpoint are restarted)")
+            trainer._obs = None
+            trainer._ep_return[:] = 0.0
+            trainer._ep_length[:] = 0
+    py = state["rng"]["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    _decode_np_global(state["rng"]["numpy"])

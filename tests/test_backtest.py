@@ -1,0 +1,292 @@
+"""Backtest: metrics vs hand computations, accounting shared with the env, baselines, report."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from foxhunt import backtest as bt
+from foxhunt.envs.trading import BANKRUPTCY_REWARD, TradingEnvConfig
+from foxhunt.errors import ConfigError, DataError
+from foxhunt.markets.arrays import MarketArrays
+
+R = [0.01, -0.02, 0.03]  # log returns used by the hand-computed metric tests
+
+
+def make_market(
+    n: int = 120, seed: int = 0, close=None, true_regimes=None, n_regimes: int = 2
+) -> MarketArrays:
+    """A seeded random-walk market; regime probabilities put 0.7 on a (noisy) detected regime."""
+    rng = np.random.default_rng(seed)
+    if close is None:
+        close = 100.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, n)))
+    close = np.asarray(close, dtype=np.float64)
+    n = close.size
+    detected = rng.integers(0, n_regimes, size=n)
+    probs = np.full((n, n_regimes), 0.3 / max(n_regimes - 1, 1), dtype=np.float32)
+    probs[np.arange(n), detected] = 0.7
+    return MarketArrays(
+        timestamps=np.datetime64("2021-01-04", "ns") + np.arange(n) * np.timedelta64(1, "D"),
+        close=close,
+        features=rng.normal(size=(n, 2)).astype(np.float32),
+        regime_probs=probs,
+        feature_names=("a", "b"),
+        regime_names=tuple(f"regime{k}" for k in range(n_regimes)),
+        true_regimes=None if true_regimes is None else np.asarray(true_regimes, dtype=np.int64),
+    )
+
+
+def regime_market(n: int, seed: int, drift: float = 0.004) -> MarketArrays:
+    """Two persistent true regimes: 0 drifts up, 1 down (a bar's return follows its regime)."""
+    rng = np.random.default_rng(seed)
+    regimes = np.repeat(rng.integers(0, 2, size=n // 20 + 1), 20)[:n]
+    regimes[:20], regimes[20:40] = 0, 1  # both regimes always present
+    rets = np.where(regimes == 0, drift, -drift) + rng.normal(0.0, 0.002, n)
+    rets[0] = 0.0
+    return make_market(close=100.0 * np.exp(np.cumsum(rets)), true_regimes=regimes, seed=seed)
+
+
+# --- metrics -----------------------------------------------------------------------------------
+def test_metrics_match_hand_computation():
+    mean = 0.02 / 3
+    sd = math.sqrt(((0.01 - mean) ** 2 + (-0.02 - mean) ** 2 + (0.03 - mean) ** 2) / 2)
+    downside = math.sqrt(0.02**2 / 3)
+    assert bt.total_return(R) == pytest.approx(math.exp(0.02) - 1, rel=1e-12)
+    assert bt.annualised_return(R) == pytest.approx(math.exp(mean * 252) - 1, rel=1e-12)
+    assert bt.annualised_return(R, 12) == pytest.approx(math.exp(mean * 12) - 1, rel=1e-12)
+    assert bt.annualised_volatility(R) == pytest.approx(sd * math.sqrt(252), rel=1e-12)
+    assert sd == pytest.approx(0.0251661147842358, rel=1e-12)
+    assert bt.sharpe(R) == pytest.approx(mean / sd * math.sqrt(252), rel=1e-12)
+    assert bt.sortino(R) == pytest.approx(mean / downside * math.sqrt(252), rel=1e-12)
+    # equity 1 -> e^.01 -> e^-.01 -> e^.02: worst fall is from e^.01 to e^-.01
+    assert bt.max_drawdown(R) == pytest.approx(1 - math.exp(-0.02), rel=1e-12)
+    assert bt.calmar(R) == pytest.approx(
+        (math.exp(mean * 252) - 1) / (1 - math.exp(-0.02)), rel=1e-12
+    )
+    np.testing.assert_allclose(bt.equity_curve(R), np.exp([0.01, -0.01, 0.02]), rtol=1e-12)
+
+
+def test_position_metrics_match_hand_computation():
+    pos = [1.0, 1.0, 0.0, -1.0, -1.0]
+    rets = [0.01, -0.02, 0.03, 0.005, -0.001]
+    assert bt.turnover(pos) == pytest.approx(3 / 5)  # |1| + 0 + |-1| + |-1| + 0
+    assert bt.turnover(pos, initial_position=1.0) == pytest.approx(2 / 5)
+    assert bt.exposure(pos) == pytest.approx(4 / 5)
+    assert bt.hit_rate(pos, rets) == pytest.approx(2 / 4)  # held bars 0,1,3,4; winners 0,3
+    assert bt.hit_rate([0.0, 0.0], [0.01, 0.02]) == 0.0
+    m = bt.compute_metrics(rets, pos)
+    assert m["turnover"] == pytest.approx(0.6) and m["hit_rate"] == pytest.approx(0.5)
+    assert m["total_log_return"] == pytest.approx(0.024)
+
+
+def test_max_drawdown_on_known_equity_path():
+    equity = np.array([1.2, 0.9, 1.1, 0.6, 0.8])  # peak 1.2, trough 0.6
+    log_returns = np.diff(np.log(np.concatenate([[1.0], equity])))
+    assert bt.max_drawdown(log_returns) == pytest.approx(0.5, rel=1e-12)
+    assert bt.max_drawdown(np.log([0.9, 1.0])) == pytest.approx(0.1, rel=1e-12)  # below the start
+    assert bt.max_drawdown([0.01, 0.02]) == 0.0
+
+
+def test_degenerate_inputs():
+    zeros = np.zeros(10)
+    assert bt.sharpe(zeros) == 0.0 and bt.sortino(zeros) == 0.0 and bt.calmar(zeros) == 0.0
+    assert bt.annualised_volatility(zeros) == 0.0
+    assert bt.sharpe(np.full(5, 0.001)) == 0.0  # constant gains: no dispersion
+    assert bt.sortino([0.01, 0.02]) == 0.0  # no losing bar
+    assert bt.sharpe([0.01]) == 0.0 and bt.annualised_volatility([0.01]) == 0.0
+    with pytest.raises(DataError, match="empty"):
+        bt.sharpe([])
+    with pytest.raises(DataError, match="index 1"):
+        bt.total_return([0.0, float("nan")])
+    with pytest.raises(DataError, match="length"):
+        bt.hit_rate([1.0], [0.1, 0.2])
+
+
+# --- accounting shared with the env ----------------------------------------------------------
+def test_simulate_positions_matches_hand_computed_sequence():
+    market = make_market(close=[100.0, 110.0, 99.0, 99.0, 90.0, 81.0])
+    cfg = TradingEnvConfig(window=1, cost_bps=10.0, slippage_bps=5.0)
+    res = bt.simulate_positions(market, [1.0, 1.0, 0.0, -1.0, -1.0], cfg, "hand")
+    c = 0.0015
+    growth = np.array([(1 - c) * 1.1, 0.9, 1 - c, (1 - c) * (1 + 9 / 99), 1.1])
+    np.testing.assert_allclose(res.net_log_returns, np.log(growth), rtol=1e-12)
+    np.testing.assert_allclose(res.costs, [c, 0, c, c, 0], rtol=1e-12)
+    np.testing.assert_allclose(res.equity, np.cumprod(growth), rtol=1e-12)
+    np.testing.assert_allclose(res.market_returns, [0.1, -0.1, 0.0, 90 / 99 - 1, -0.1])
+    np.testing.assert_array_equal(res.timestamps, market.timestamps[1:])
+    assert res.start_timestamp == market.timestamps[0]
+    assert res.metrics["turnover"] == pytest.approx(0.6)
+    assert res.metrics["total_cost"] == pytest.approx(3 * c)
+    # a per-bar array (length T) gives the same result; the last bar's entry is ignored
+    res_t = bt.simulate_positions(market, [1.0, 1.0, 0.0, -1.0, -1.0, 5.0], cfg, "hand")
+    np.testing.assert_array_equal(res_t.net_log_returns, res.net_log_returns)
+    with pytest.raises(DataError, match="length 4"):
+        bt.simulate_positions(market, [1.0] * 4, cfg, "bad")
+
+
+@pytest.mark.parametrize("positions", [(-1.0, 0.0, 1.0), (0.0, 1.0)])
+def test_always_long_agent_equals_buy_and_hold(positions):
+    market = make_market(n=150, seed=5)
+    cfg = TradingEnvConfig(window=10, positions=positions, cost_bps=3.0, slippage_bps=2.0)
+    long_index = positions.index(1.0)
+    agent = bt.run_policy(market, lambda obs: long_index, cfg, "always long")
+    bh = bt.buy_and_hold(market, cfg)
+    np.testing.assert_allclose(agent.net_log_returns, bh.net_log_returns, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(agent.equity, bh.equity, rtol=1e-12)
+    np.testing.assert_array_equal(agent.costs, bh.costs)
+    np.testing.assert_array_equal(agent.positions, np.ones(150 - 10))
+    # buy & hold = price ratio over the span minus the single entry cost
+    expected = (1 - 5e-4) * market.close[-1] / market.close[9]
+    assert bh.equity[-1] == pytest.approx(expected, rel=1e-12)
+    assert bh.costs[0] == pytest.approx(5e-4) and np.all(bh.costs[1:] == 0)
+    for key, value in bh.metrics.items():
+        assert agent.metrics[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+def test_run_policy_matches_simulation_for_a_varying_policy():
+    market = make_market(n=90, seed=2)
+    cfg = TradingEnvConfig(window=5)
+    # act from the observation itself (sign of the last feature of the newest bar)
+    last_feature = 5 * 2 - 1
+    agent = bt.run_policy(market, lambda obs: 2 if obs[last_feature] > 0 else 0, cfg, "sign")
+    expected_positions = np.where(market.features[4:89, 1] > 0, 1.0, -1.0)
+    np.testing.assert_array_equal(agent.positions, expected_positions)
+    sim = bt.simulate_positions(market, expected_positions, cfg, "sim")
+    np.testing.assert_allclose(agent.net_log_returns, sim.net_log_returns, rtol=1e-12)
+    np.testing.assert_allclose(agent.costs, sim.costs, rtol=1e-12)
+
+
+def test_flat_baseline_earns_nothing():
+    res = bt.flat(make_market(), TradingEnvConfig(window=3))
+    assert np.all(res.net_log_returns == 0.0) and np.all(res.equity == 1.0)
+    assert res.metrics["exposure"] == 0.0 and res.metrics["sharpe"] == 0.0
+
+
+def test_bankruptcy_is_accounted_the_same_in_env_and_simulation():
+    market = make_market(close=[100.0, 100.0, 210.0, 220.0, 230.0])
+    cfg = TradingEnvConfig(window=1)
+    agent = bt.run_policy(market, lambda obs: 0, cfg, "short")
+    sim = bt.simulate_positions(market, [-1.0] * 4, cfg, "short sim")
+    for res in (agent, sim):
+        assert res.bankrupt
+        assert res.net_log_returns[1] == BANKRUPTCY_REWARD
+        np.testing.assert_array_equal(res.equity[1:], 0.0)
+        np.testing.assert_array_equal(res.positions, [-1.0, -1.0, 0.0, 0.0])
+    np.testing.assert_allclose(agent.net_log_returns, sim.net_log_returns, rtol=1e-12)
+
+
+# --- per regime ----------------------------------------------------------------------------------
+def test_per_regime_metrics_use_true_regime_of_the_earning_bar():
+    n = 40
+    true = (np.arange(n) // 7) % 2
+    market = make_market(n=n, seed=1, true_regimes=true)
+    cfg = TradingEnvConfig(window=4)
+    res = bt.buy_and_hold(market, cfg)
+    assert res.regime_source == "true"
+    # period t -> t+1 for decision bars t = 3..38 is labelled with true[t + 1]
+    labels = true[4:40]
+    log_growth = np.log(market.close[4:40] / market.close[3:39])
+    log_growth[0] += math.log(1 - 2e-4)  # the entry cost lands in the first period
+    for k, name in enumerate(market.regime_names):
+        m = res.per_regime[name]
+        assert m["bars"] == np.sum(labels == k)
+        assert m["total_log_return"] == pytest.approx(log_growth[labels == k].sum(), rel=1e-10)
+    assert sum(m["bars"] for m in res.per_regime.values()) == res.metrics["bars"] == 36
+    # turnover per regime keeps the true entry move of the first bar (regime of bar 4)
+    first = market.regime_names[true[4]]
+    assert res.per_regime[first]["turnover"] == pytest.approx(1 / np.sum(labels == true[4]))
+
+
+def test_per_regime_falls_back_to_detected_regime():
+    market = make_market(n=50, seed=4, n_regimes=3)
+    res = bt.buy_and_hold(market, TradingEnvConfig(window=5))
+    assert res.regime_source == "detected" and res.true_regimes is None
+    detected = market.regime_probs[5:50].argmax(axis=1)
+    np.testing.assert_array_equal(res.regime_labels, detected)
+    for k, name in enumerate(market.regime_names):
+        assert res.per_regime.get(name, {"bars": 0.0})["bars"] == np.sum(detected == k)
+
+
+# --- regime oracle -------------------------------------------------------------------------------
+def test_regime_oracle_goes_long_up_short_down_and_beats_buy_and_hold():
+    reference, test = regime_market(400, seed=0), regime_market(300, seed=1)
+    cfg = TradingEnvConfig(window=5)
+    assert bt.oracle_positions(reference, cfg) == {0: 1.0, 1: -1.0}
+    oracle = bt.regime_oracle(test, cfg, reference)
+    upcoming = test.true_regimes[5:300]
+    np.testing.assert_array_equal(oracle.positions, np.where(upcoming == 0, 1.0, -1.0))
+    bh = bt.buy_and_hold(test, cfg)
+    assert oracle.metrics["total_log_return"] > bh.metrics["total_log_return"]
+    assert oracle.metrics["total_log_return"] > 0
+    # long-only action set: flat in the falling regime
+    long_only = TradingEnvConfig(window=5, positions=(0.0, 1.0))
+    assert bt.oracle_positions(reference, long_only) == {0: 1.0, 1: 0.0}
+    # a regime is traded only if mean return x mean visit length beats a round trip's cost
+    labels = reference.true_regimes[1:]  # regime of the bar whose return is earned
+    rets = reference.close[1:] / reference.close[:-1] - 1
+    visits = {0: [], 1: []}
+    for i, k in enumerate(labels):
+        if i == 0 or labels[i - 1] != k:
+            visits[int(k)].append(0)
+        visits[int(k)][-1] += 1
+    edge_up = rets[labels == 0].mean() * np.mean(visits[0])
+    breakeven_bps = edge_up / 2 * 1e4
+    below = TradingEnvConfig(window=5, cost_bps=0.99 * breakeven_bps, slippage_bps=0.0)
+    above = TradingEnvConfig(window=5, cost_bps=1.01 * breakeven_bps, slippage_bps=0.0)
+    assert bt.oracle_positions(reference, below)[0] == 1.0
+    assert bt.oracle_positions(reference, above)[0] == 0.0
+    pricey = TradingEnvConfig(window=5, cost_bps=5000.0, slippage_bps=0.0)
+    assert bt.oracle_positions(reference, pricey) == {0: 0.0, 1: 0.0}
+
+
+def test_regime_oracle_needs_true_regimes():
+    with pytest.raises(DataError, match="true_regimes"):
+        bt.regime_oracle(make_market(), TradingEnvConfig(window=3), make_market())
+
+
+def test_oracle_capture_ratio_and_sign_handling():
+    market = regime_market(200, seed=3)
+    cfg = TradingEnvConfig(window=5)
+    oracle = bt.regime_oracle(market, cfg, market)
+    bh = bt.buy_and_hold(market, cfg)
+    expected = bh.net_log_returns.sum() / oracle.net_log_returns.sum()
+    assert bt.oracle_capture(bh, oracle) == pytest.approx(expected, rel=1e-12)
+    assert bt.oracle_capture(oracle, oracle) == pytest.approx(1.0)
+    assert math.isnan(bt.oracle_capture(oracle, bt.flat(market, cfg)))  # oracle with no edge
+
+
+# --- report ----------------------------------------------------------------------------------
+def test_write_report_files(tmp_path):
+    market = regime_market(160, seed=7)
+    cfg = TradingEnvConfig(window=5)
+    results = [
+        bt.run_policy(market, lambda obs: 2, cfg, "agent <dqn>"),
+        bt.buy_and_hold(market, cfg),
+        bt.flat(market, cfg),
+        bt.regime_oracle(market, cfg, market),
+    ]
+    paths = bt.write_report(tmp_path / "out", results, "Test & report")
+    assert set(paths) == {"png", "markdown", "html", "json"}
+    for path in paths.values():
+        assert path.exists() and path.stat().st_size > 0
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = paths["html"].read_text()
+    assert "<table>" in page and "<th>Sharpe</th>" in page
+    assert "agent &lt;dqn&gt;" in page and "Test &amp; report" in page
+    assert "data:image/png;base64," in page
+    assert "buy &amp; hold / regime0" in page  # per-regime rows
+    md = paths["markdown"].read_text()
+    assert "| Strategy | Bars | Total return |" in md and "| regime oracle |" in md
+    sharpe = f"{results[1].metrics['sharpe']:.3f}"
+    assert sharpe in md and sharpe in page
+    data = json.loads(paths["json"].read_text())
+    assert data["results"]["flat"]["metrics"]["exposure"] == 0.0
+    assert set(data["results"]["agent <dqn>"]["per_regime"]) == {"regime0", "regime1"}
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]
+    with pytest.raises(ConfigError, match="unique"):
+        bt.write_report(tmp_path, [results[1], results[1]], "dup")
+    with pytest.raises(ConfigError, match="empty"):
+        bt.write_report(tmp_path, [], "none")

@@ -1,0 +1,207 @@
+"""DQNHyperparameters: every validation error, with the exact one-line message, presets, files."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from foxhunt.config import DQNHyperparameters, load_config_dict, parse_override
+from foxhunt.errors import ConfigError, FoxhuntError
+
+
+def _error(**kwargs: Any) -> str:
+    with pytest.raises(ConfigError) as info:
+        DQNHyperparameters(**kwargs)
+    msg = str(info.value)
+    assert "\n" not in msg, f"error message must be one line, got: {msg!r}"
+    return msg
+
+
+def test_config_error_is_value_error_and_foxhunt_error() -> None:
+    assert issubclass(ConfigError, ValueError)
+    assert issubclass(ConfigError, FoxhuntError)
+    with pytest.raises(ValueError):
+        DQNHyperparameters(gradient_accumulation_steps=0)
+
+
+def test_gradient_accumulation_steps_zero_exact_message() -> None:
+    assert _error(gradient_accumulation_steps=0) == (
+        "gradient_accumulation_steps must be greater than 0, got: 0"
+    )
+
+
+@pytest.mark.parametrize("field", ["batch_size", "gradient_accumulation_steps", "n_step", "seed"])
+@pytest.mark.parametrize("value", [2.5, "3", True, 4.0])
+def test_int_fields_reject_non_integers(field: str, value: object) -> None:
+    assert _error(**{field: value}) == f"{field} must be an integer, got: {value!r}"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"learning_rate": 0.0}, "learning_rate must be greater than 0.0, got: 0.0"),
+        ({"learning_rate": -1e-3}, "learning_rate must be greater than 0.0, got: -0.001"),
+        ({"learning_rate": math.inf}, "learning_rate must be finite, got: inf"),
+        ({"learning_rate": "fast"}, "learning_rate must be a number, got: 'fast'"),
+        ({"gamma": 1.01}, "gamma must be at most 1.0, got: 1.01"),
+        ({"gamma": -0.1}, "gamma must be at least 0.0, got: -0.1"),
+        ({"gamma": math.nan}, "gamma must be finite, got: nan"),
+        ({"max_grad_norm": 0.0}, "max_grad_norm must be greater than 0.0, got: 0.0"),
+        ({"max_grad_norm": -2.0}, "max_grad_norm must be greater than 0.0, got: -2.0"),
+        ({"max_grad_norm": math.inf}, "max_grad_norm must be finite, got: inf"),
+        ({"max_grad_norm": math.nan}, "max_grad_norm must be finite, got: nan"),
+        ({"tau": 0.0}, "tau must be greater than 0.0, got: 0.0"),
+        ({"momentum": 1.0}, "momentum must be less than 1.0, got: 1.0"),
+        ({"n_atoms": 1}, "n_atoms must be at least 2, got: 1"),
+        ({"hidden_sizes": [64, 0]}, "hidden_sizes.1 must be greater than 0, got: 0"),
+        ({"double_q": "maybe"}, "double_q must be true or false, got: 'maybe'"),
+        ({"optimizer": "adagrad"}, "optimizer must be one of"),
+        ({"optimizer": "adagrad"}, "got: 'adagrad'"),
+        ({"device": "tpu"}, "device must be one of auto, cpu, cuda, cuda:N, mps, got: 'tpu'"),
+        ({"device": "cuda:x"}, "got: 'cuda:x'"),
+        ({"v_min": 1.0, "v_max": 1.0}, "v_min must be less than v_max (1.0), got: 1.0"),
+        ({"v_min": 5.0, "v_max": -5.0}, "v_min must be less than v_max (-5.0), got: 5.0"),
+        ({"hidden_sizes": []}, "hidden_sizes must name at least one layer"),
+        ({"colour": "red"}, "unknown hyperparameter 'colour' (value 'red')"),
+        (
+            {"exploration_initial_eps": 0.1, "exploration_final_eps": 0.5},
+            "exploration_final_eps must not exceed exploration_initial_eps (0.1), got: 0.5",
+        ),
+        ({"mixed_precision": "fp16", "device": "cpu"}, "mixed_precision 'fp16' needs a CUDA"),
+    ],
+)
+def test_validation_messages(kwargs: dict[str, Any], fragment: str) -> None:
+    assert fragment in _error(**kwargs)
+
+
+def test_effective_batch_must_fit_in_buffer() -> None:
+    msg = _error(batch_size=64, gradient_accumulation_steps=4, buffer_capacity=200)
+    assert "64 * 4 = 256" in msg
+    assert "must not exceed buffer_capacity, got: buffer_capacity=200" in msg
+    # Exactly equal is fine.
+    hp = DQNHyperparameters(
+        batch_size=64, gradient_accumulation_steps=4, buffer_capacity=256, learning_starts=256
+    )
+    assert hp.effective_batch_size == 256
+
+
+def test_learning_starts_must_cover_effective_batch() -> None:
+    msg = _error(batch_size=32, gradient_accumulation_steps=8, learning_starts=255)
+    assert msg == (
+        "learning_starts must be at least the effective batch size 256 "
+        "(batch_size * gradient_accumulation_steps), got: 255"
+    )
+    assert DQNHyperparameters(
+        batch_size=32, gradient_accumulation_steps=8, learning_starts=256
+    ).learning_starts == 256
+
+
+def test_several_errors_stay_on_one_line() -> None:
+    msg = _error(learning_rate=-1.0, gamma=2.0)
+    assert "learning_rate must be greater than 0.0" in msg
+    assert "gamma must be at most 1.0" in msg
+
+
+def test_presets_build_and_effective_batch_size() -> None:
+    cons = DQNHyperparameters.conservative()
+    assert cons.double_q and cons.gradient_accumulation_steps == 1
+    assert cons.effective_batch_size == cons.batch_size == 64
+    rb = DQNHyperparameters.rainbow()
+    assert (rb.dueling, rb.prioritized_replay, rb.noisy_nets) == (True, True, True)
+    assert (rb.n_step, rb.distributional) == (3, "c51")
+    cp = DQNHyperparameters.cartpole()
+    assert cp.learning_rate == pytest.approx(2.3e-3)
+    assert cp.hidden_sizes == (256, 256)
+    big = DQNHyperparameters.rainbow(batch_size=32, gradient_accumulation_steps=8)
+    assert big.effective_batch_size == 256
+    # Preset overrides are validated like anything else.
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps must be greater than 0"):
+        DQNHyperparameters.conservative(gradient_accumulation_steps=0)
+
+
+def test_replace_revalidates_and_is_immutable() -> None:
+    hp = DQNHyperparameters()
+    hp2 = hp.replace(gradient_accumulation_steps=4, batch_size=16)
+    assert hp2.effective_batch_size == 64 and hp.effective_batch_size == 64
+    assert hp2.gradient_accumulation_steps == 4 and hp.gradient_accumulation_steps == 1
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps must be greater than 0"):
+        hp.replace(gradient_accumulation_steps=0)
+    with pytest.raises(ConfigError, match="must not exceed buffer_capacity"):
+        hp.replace(buffer_capacity=10)
+    with pytest.raises(Exception):  # noqa: B017 - frozen pydantic model
+        hp.gamma = 0.5  # type: ignore[misc]
+
+
+def test_to_dict_round_trip() -> None:
+    hp = DQNHyperparameters(hidden_sizes=(64, 32), learning_rate=3e-4)
+    d = hp.to_dict()
+    assert d["hidden_sizes"] == [64, 32]
+    assert DQNHyperparameters(**d) == hp
+
+
+def test_yaml_loading(tmp_path: Path) -> None:
+    f = tmp_path / "hp.yaml"
+    f.write_text(
+        "learning_rate: 1e-3\nbatch_size: 32\ngradient_accumulation_steps: 4\n"
+        "hidden_sizes: [64, 64]\nlearning_starts: 128\n",
+        encoding="utf-8",
+    )
+    hp = DQNHyperparameters.from_yaml(f, gamma=0.9)
+    assert hp.learning_rate == 1e-3 and isinstance(hp.learning_rate, float)
+    assert hp.effective_batch_size == 128
+    assert hp.hidden_sizes == (64, 64)
+    assert hp.gamma == 0.9
+    # A nested "hyperparameters:" key is accepted too.
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("hyperparameters:\n  batch_size: 16\n  learning_starts: 16\n")
+    assert DQNHyperparameters.from_yaml(nested).batch_size == 16
+
+
+def test_yaml_scientific_notation_is_a_number(tmp_path: Path) -> None:
+    f = tmp_path / "sci.yaml"
+    f.write_text("learning_rate: 1e-3\nq_divergence_bound: 1e6\n", encoding="utf-8")
+    data = load_config_dict(f)
+    assert data == {"learning_rate": 1e-3, "q_divergence_bound": 1e6}
+
+
+def test_yaml_errors_name_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="config file not found"):
+        DQNHyperparameters.from_yaml(missing)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learning_rate: [1, 2\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not valid YAML") as info:
+        DQNHyperparameters.from_yaml(bad)
+    assert str(bad) in str(info.value) and "\n" not in str(info.value)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        DQNHyperparameters.from_yaml(scalar)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("gradient_accumulation_steps: 0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps must be greater than 0"):
+        DQNHyperparameters.from_yaml(wrong)
+
+
+def test_parse_override() -> None:
+    assert parse_override("hidden_sizes=[64, 64]") == ("hidden_sizes", [64, 64])
+    key, value = parse_override("learning_rate=1e-3")
+    assert key == "learning_rate" and isinstance(value, float) and value == 1e-3
+    assert parse_override("gamma=0.95") == ("gamma", 0.95)
+    assert parse_override("batch_size=32") == ("batch_size", 32)
+    assert parse_override(" dueling = true") == ("dueling", True)
+    assert parse_override("optimizer=sgd") == ("optimizer", "sgd")
+    assert parse_override("max_grad_norm=") == ("max_grad_norm", None)
+    for bad in ("noequals", "=3"):
+        with pytest.raises(ConfigError, match="--set expects key=value") as info:
+            parse_override(bad)
+        assert repr(bad) in str(info.value)
+    with pytest.raises(ConfigError, match="learning_rate must be finite"):
+        parse_override("learning_rate=.inf")
+    # An override goes through the same validation as everything else.
+    k, v = parse_override("gradient_accumulation_steps=0")
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps must be greater than 0"):
+        DQNHyperparameters(**{k: v})

@@ -1,0 +1,329 @@
+"""Loading, validating and splitting OHLCV data (foxhunt.markets.data)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from foxhunt.errors import ConfigError, DataError
+from foxhunt.markets.data import OHLCV_COLUMNS, load_ohlcv, split_chronological, walk_forward
+
+HEADER = "date,open,high,low,close,volume\n"
+GOOD_ROWS = [
+    "2020-01-01,10,11,9,10.5,100",
+    "2020-01-02,10.5,11.5,10,11,200",
+    "2020-01-03,11,12,10.5,11.5,300",
+]
+
+
+def write(tmp_path: Path, text: str, name: str = "bars.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def rows_with(index: int, row: str) -> str:
+    rows = list(GOOD_ROWS)
+    rows[index] = row
+    return HEADER + "\n".join(rows) + "\n"
+
+
+def assert_one_line(err: pytest.ExceptionInfo, *parts: str) -> None:
+    message = str(err.value)
+    assert "\n" not in message
+    for part in parts:
+        assert part in message, f"{part!r} not in {message!r}"
+
+
+# ------------------------------------------------------------------------------- happy paths
+def test_canonical_output_shape_and_types(tmp_path):
+    df = load_ohlcv(write(tmp_path, HEADER + "\n".join(GOOD_ROWS) + "\n"))
+    assert list(df.columns) == list(OHLCV_COLUMNS)
+    assert all(df[c].dtype == np.float64 for c in df.columns)
+    assert isinstance(df.index, pd.DatetimeIndex)
+    assert df.index.name == "timestamp"
+    assert df.index.dtype == "datetime64[ns]"
+    assert df.index.tz is None
+    assert df["close"].tolist() == [10.5, 11.0, 11.5]
+    assert df.index[0] == pd.Timestamp("2020-01-01")
+
+
+def test_yahoo_style_uses_close_not_adj_close(tmp_path):
+    text = (
+        "Date,Open,High,Low,Close,Adj Close,Volume\n"
+        "2020-01-02,10,11,9,10.5,10.4,100\n"
+        "2020-01-03,10.5,11.5,10,11,10.9,200\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["close"].tolist() == [10.5, 11.0]
+    assert df["volume"].tolist() == [100.0, 200.0]
+
+
+def test_adj_close_is_fallback_when_close_missing(tmp_path):
+    text = "Date,Open,High,Low,Adj Close\n2020-01-02,10,11,9,10.4\n2020-01-03,10.5,11.5,10,10.9\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["close"].tolist() == [10.4, 10.9]
+
+
+def test_short_aliases_and_missing_volume_becomes_zero(tmp_path):
+    text = "TIMESTAMP,O,H,L,C\n2020-01-02,10,11,9,10.5\n2020-01-03,10.5,11.5,10,11\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["open"].tolist() == [10.0, 10.5]
+    assert df["volume"].tolist() == [0.0, 0.0]
+
+
+def test_vol_alias(tmp_path):
+    text = "Date,open,high,low,close,Vol\n2020-01-02,10,11,9,10.5,7\n2020-01-03,10.5,11.5,10,11,8\n"
+    assert load_ohlcv(write(tmp_path, text))["volume"].tolist() == [7.0, 8.0]
+
+
+@pytest.mark.parametrize(
+    ("stamps", "expected"),
+    [
+        (("1577836800", "1577923200"), ("2020-01-01", "2020-01-02")),  # epoch seconds
+        (("1577836800000", "1577923200000"), ("2020-01-01", "2020-01-02")),  # epoch ms
+        (("20200101", "20200102"), ("2020-01-01", "2020-01-02")),  # YYYYMMDD integers
+        (
+            ("2020-01-02T10:00:00+02:00", "2020-01-02T11:00:00-05:00"),
+            ("2020-01-02 08:00:00", "2020-01-02 16:00:00"),
+        ),  # ISO with offsets -> UTC naive
+        (("2020-01-02 10:00:00", "2020-01-02 11:00:00"), ("2020-01-02 10:00", "2020-01-02 11:00")),
+        (("01/02/2020", "13/02/2020"), ("2020-02-01", "2020-02-13")),  # day-first fallback
+    ],
+)
+def test_timestamp_formats(tmp_path, stamps, expected):
+    text = f"time,open,high,low,close\n{stamps[0]},10,11,9,10.5\n{stamps[1]},10.5,11.5,10,11\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp(e) for e in expected]
+    assert df.index.dtype == "datetime64[ns]"
+
+
+def test_separate_date_and_time_columns(tmp_path):
+    text = "Date,Time,Open,High,Low,Close\n2020-01-02,10:00,10,11,9,10.5\n2020-01-02,11:00,10,11,9,10\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2020-01-02 10:00"), pd.Timestamp("2020-01-02 11:00")]
+
+
+def test_unnamed_index_column(tmp_path):
+    frame = load_ohlcv(write(tmp_path, HEADER + "\n".join(GOOD_ROWS) + "\n"))
+    path = tmp_path / "saved.csv"
+    frame.rename_axis(None).to_csv(path)  # header starts with an empty name -> "Unnamed: 0"
+    assert load_ohlcv(path).equals(frame)
+
+
+def test_dataframe_with_tz_aware_datetime_index():
+    idx = pd.DatetimeIndex(["2020-01-02 09:00", "2020-01-02 10:00"], tz="Europe/Berlin")
+    frame = pd.DataFrame(
+        {"Open": [10, 10.5], "High": [11, 11.5], "Low": [9, 10], "Close": [10.5, 11]}, index=idx
+    )
+    df = load_ohlcv(frame)
+    assert list(df.index) == [pd.Timestamp("2020-01-02 08:00"), pd.Timestamp("2020-01-02 09:00")]
+    assert df.index.tz is None
+
+
+def test_parquet_and_gzip_round_trip(tmp_path):
+    frame = load_ohlcv(write(tmp_path, HEADER + "\n".join(GOOD_ROWS) + "\n"))
+    pq = tmp_path / "bars.parquet"
+    frame.to_parquet(pq)
+    assert load_ohlcv(pq).equals(frame)
+    gz = tmp_path / "bars.csv.gz"
+    gz.write_bytes(gzip.compress((HEADER + "\n".join(GOOD_ROWS) + "\n").encode()))
+    assert load_ohlcv(gz).equals(frame)
+
+
+# ------------------------------------------------------------------------- one test per bad kind
+def test_file_not_found(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(tmp_path / "nope.csv")
+    assert_one_line(err, "nope.csv", "not found")
+
+
+def test_empty_file(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, ""))
+    assert_one_line(err, "bars.csv", "empty")
+
+
+def test_unknown_suffix(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "x", name="bars.txt"))
+    assert_one_line(err, "bars.txt", "'.txt'", ".csv")
+
+
+def test_missing_column_lists_what_was_found(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "date,open,high,close\n2020-01-01,1,2,1.5\n2020-01-02,1,2,1\n"))
+    assert_one_line(err, "bars.csv", "missing column(s) low", "found: date, open, high, close")
+
+
+def test_missing_timestamp_column(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "open,high,low,close\n1,2,0.5,1.5\n1,2,0.5,1\n"))
+    assert_one_line(err, "bars.csv", "no timestamp column", "found: open, high, low, close")
+
+
+def test_nan_value(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(1, "2020-01-02,10.5,11.5,10,,200")))
+    assert_one_line(err, "bars.csv", "'close'", "row 2", "2020-01-02", "nan", "not finite")
+
+
+def test_inf_value(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(2, "2020-01-03,11,inf,10.5,11.5,300")))
+    assert_one_line(err, "bars.csv", "'high'", "row 3", "inf")
+
+
+def test_non_numeric_value(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(0, '2020-01-01,10,11,9,"1,234.5",100')))
+    assert_one_line(err, "bars.csv", "'close'", "row 1", "'1,234.5'", "non-numeric")
+
+
+def test_non_positive_price(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(1, "2020-01-02,0,11.5,10,11,200")))
+    assert_one_line(err, "bars.csv", "'open'", "row 2", "non-positive", "0.0")
+
+
+def test_high_below_low(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(1, "2020-01-02,10.5,9.5,10,10,200")))
+    assert_one_line(err, "bars.csv", "'high'", "row 2", "9.5", "below low 10.0")
+
+
+def test_high_below_close(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(2, "2020-01-03,11,12,10.5,12.5,300")))
+    assert_one_line(err, "bars.csv", "'high'", "row 3", "12.0", "below close 12.5")
+
+
+def test_low_above_open(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(0, "2020-01-01,10,11,10.2,10.5,100")))
+    assert_one_line(err, "bars.csv", "'low'", "row 1", "10.2", "above open 10.0")
+
+
+def test_negative_volume(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(2, "2020-01-03,11,12,10.5,11.5,-3")))
+    assert_one_line(err, "bars.csv", "'volume'", "row 3", "-3.0", "negative volume")
+
+
+def test_unsorted_timestamps(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(2, "2019-12-31,11,12,10.5,11.5,300")))
+    assert_one_line(err, "bars.csv", "'date'", "row 3", "2019-12-31", "earlier than row 2")
+
+
+def test_duplicate_timestamps(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(2, "2020-01-02,11,12,10.5,11.5,300")))
+    assert_one_line(err, "bars.csv", "'date'", "row 3", "2020-01-02", "duplicates row 2")
+
+
+def test_unparseable_timestamp(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(1, "not-a-date,10.5,11.5,10,11,200")))
+    assert_one_line(err, "bars.csv", "'date'", "row 2", "'not-a-date'", "cannot parse")
+
+
+def test_missing_timestamp_value(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(1, ",10.5,11.5,10,11,200")))
+    assert_one_line(err, "bars.csv", "'date'", "row 2", "missing timestamp")
+
+
+def test_too_few_rows(tmp_path):
+    path = write(tmp_path, HEADER + "\n".join(GOOD_ROWS) + "\n")
+    with pytest.raises(DataError) as err:
+        load_ohlcv(path, min_rows=5)
+    assert_one_line(err, "bars.csv", "too few rows", "3", "min_rows=5")
+
+
+def test_header_only_file_has_too_few_rows(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, HEADER))
+    assert_one_line(err, "bars.csv", "too few rows", "0")
+
+
+def test_dataframe_errors_name_dataframe():
+    frame = pd.DataFrame(
+        {"open": [1.0, 1.0], "high": [2.0, 2.0], "low": [0.5, -1.0], "close": [1.5, 1.0]},
+        index=pd.date_range("2020-01-01", periods=2, name="date"),
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(frame)
+    assert_one_line(err, "<DataFrame>", "'low'", "row 2", "-1.0")
+
+
+def test_ambiguous_duplicate_aliases(tmp_path):
+    text = "date,close,c,open,high,low\n2020-01-01,1,1,1,1,1\n2020-01-02,1,1,1,1,1\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "bars.csv", "'close'", "'c'")
+
+
+# ------------------------------------------------------------------------------------- splits
+def frame_of(n: int) -> pd.DataFrame:
+    return pd.DataFrame({"x": np.arange(n)}, index=pd.date_range("2020-01-01", periods=n))
+
+
+def test_split_chronological_tiles_in_order():
+    df = frame_of(101)
+    parts = split_chronological(df, train=0.6, validation=0.2)
+    assert (len(parts.train), len(parts.validation), len(parts.test)) == (60, 20, 21)
+    joined = pd.concat([parts.train, parts.validation, parts.test])
+    assert joined.equals(df)  # no overlap, no gap, no shuffling
+    assert parts.train.index.max() < parts.validation.index.min()
+    assert parts.validation.index.max() < parts.test.index.min()
+
+
+@pytest.mark.parametrize(
+    ("train", "validation", "needle"),
+    [(0.0, 0.1, "train"), (1.2, 0.1, "train"), (0.7, -0.1, "validation"), (0.7, 0.3, "1.0")],
+)
+def test_split_rejects_bad_fractions(train, validation, needle):
+    with pytest.raises(ConfigError, match=needle):
+        split_chronological(frame_of(100), train=train, validation=validation)
+
+
+def test_split_too_small_frame():
+    with pytest.raises(DataError, match="too few rows"):
+        split_chronological(frame_of(2), train=0.3, validation=0.5)
+
+
+def test_walk_forward_rolling_windows():
+    df = frame_of(100)
+    folds = walk_forward(df, n_folds=3, train_size=40, test_size=10)
+    # Anchored at the end: tests are rows 70-79, 80-89, 90-99.
+    assert [f[1]["x"].iloc[0] for f in folds] == [70, 80, 90]
+    for train, test in folds:
+        assert len(train) == 40 and len(test) == 10
+        assert train["x"].iloc[-1] + 1 == test["x"].iloc[0]  # adjacent, no overlap
+    tests = np.concatenate([t["x"].to_numpy() for _, t in folds])
+    assert np.array_equal(tests, np.arange(70, 100))  # test windows never overlap
+
+
+def test_walk_forward_expanding_windows_and_step():
+    df = frame_of(100)
+    folds = walk_forward(df, n_folds=4, train_size=40, test_size=10, step=5, window="expanding")
+    starts = [int(t["x"].iloc[0]) for _, t in folds]
+    assert starts == [75, 80, 85, 90]
+    assert [len(tr) for tr, _ in folds] == [40, 45, 50, 55]
+    for train, test in folds:
+        assert train["x"].iloc[0] == 35
+        assert train["x"].iloc[-1] + 1 == test["x"].iloc[0]
+
+
+def test_walk_forward_validation():
+    with pytest.raises(DataError, match="needs 70 rows"):
+        walk_forward(frame_of(60), n_folds=3, train_size=40, test_size=10)
+    with pytest.raises(ConfigError, match="n_folds"):
+        walk_forward(frame_of(60), n_folds=0, train_size=40, test_size=10)
+    with pytest.raises(ConfigError, match="window"):
+        walk_forward(frame_of(60), n_folds=1, train_size=40, test_size=10, window="growing")

@@ -1,0 +1,256 @@
+"""TradingEnv: Gymnasium compliance, hand-checked accounting, no look-ahead, episode handling."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from foxhunt.envs.trading import BANKRUPTCY_REWARD, TradingEnv, TradingEnvConfig
+from foxhunt.errors import ConfigError, DataError
+from foxhunt.markets.arrays import MarketArrays
+
+
+def make_market(
+    n: int = 120, n_features: int = 3, n_regimes: int = 2, seed: int = 0, close=None
+) -> MarketArrays:
+    """A seeded random-walk market with arbitrary (but valid) features and regime probabilities."""
+    rng = np.random.default_rng(seed)
+    if close is None:
+        close = 100.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, n)))
+    close = np.asarray(close, dtype=np.float64)
+    n = close.size
+    probs = rng.dirichlet(np.ones(n_regimes), size=n).astype(np.float32)
+    return MarketArrays(
+        timestamps=np.datetime64("2020-01-01", "ns") + np.arange(n) * np.timedelta64(1, "D"),
+        close=close,
+        features=rng.normal(size=(n, n_features)).astype(np.float32),
+        regime_probs=probs,
+        feature_names=tuple(f"f{i}" for i in range(n_features)),
+        regime_names=tuple(f"r{i}" for i in range(n_regimes)),
+        true_regimes=rng.integers(0, n_regimes, size=n),
+    )
+
+
+def run_actions(env: TradingEnv, actions, **reset_kwargs):
+    obs, info = env.reset(**reset_kwargs)
+    observations, rewards, infos = [obs], [], [info]
+    for a in actions:
+        obs, reward, terminated, truncated, info = env.step(a)
+        observations.append(obs)
+        rewards.append(reward)
+        infos.append(info)
+        if terminated or truncated:
+            break
+    return observations, rewards, infos
+
+
+@pytest.mark.parametrize(
+    ("positions", "eval_mode"),
+    [((-1.0, 0.0, 1.0), False), ((0.0, 1.0), False), ((0.0, 1.0), True), ((-1.0, 1.0), False)],
+)
+def test_passes_gymnasium_env_checker(positions, eval_mode):
+    env = TradingEnv(
+        make_market(),
+        TradingEnvConfig(window=8, positions=positions, episode_length=30),
+        eval_mode=eval_mode,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any checker warning (bounds, dtype, determinism) fails
+        check_env(env, skip_render_check=True)
+    assert env.action_space.n == len(positions)
+
+
+def test_observation_layout_regimes_last():
+    market = make_market(n=50, n_features=3, n_regimes=4)
+    env = TradingEnv(market, TradingEnvConfig(window=5, random_start=False), eval_mode=False)
+    obs, info = env.reset(seed=0)
+    t = info["bar"]
+    assert t == 4  # first bar with a full window
+    assert obs.dtype == np.float32
+    assert obs.shape == (5 * 3 + 3 + 4,)
+    np.testing.assert_array_equal(obs[:15], market.features[0:5].ravel())
+    np.testing.assert_array_equal(obs[15:18], [0.0, 1.0, 0.0])  # starts flat
+    assert env.n_regimes == 4 and env.regime_slice == slice(18, 22)
+    np.testing.assert_array_equal(obs[-4:], market.regime_probs[t])
+    obs, *_ = env.step(2)  # go long: one-hot moves, window slides by one bar
+    np.testing.assert_array_equal(obs[15:18], [0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(obs[:15], market.features[1:6].ravel())
+    np.testing.assert_array_equal(obs[env.regime_slice], market.regime_probs[5])
+
+
+def test_cost_accounting_matches_hand_computation():
+    # 6 prices -> 5 steps with window 1; positions long, long, flat, short, short.
+    close = [100.0, 110.0, 99.0, 99.0, 90.0, 81.0]
+    cfg = TradingEnvConfig(window=1, cost_bps=10.0, slippage_bps=5.0, episode_length=None)
+    env = TradingEnv(make_market(close=close), cfg, eval_mode=True)
+    _, rewards, infos = run_actions(env, [2, 2, 1, 0, 0])
+    c = 0.0015  # (10 + 5) bps per unit of position changed
+    growth = [
+        (1 - c) * (1 + 0.10),  # flat -> long, price +10%
+        1 - 0.10,  # hold long, price -10%
+        (1 - c) * 1.0,  # long -> flat, price unchanged
+        (1 - c) * (1 + 9 / 99),  # flat -> short, price 99 -> 90
+        1 + 0.10,  # hold short, price 90 -> 81
+    ]
+    np.testing.assert_allclose(rewards, np.log(growth), rtol=1e-12)
+    np.testing.assert_allclose([i["cost"] for i in infos[1:]], [c, 0, c, c, 0], rtol=1e-12)
+    np.testing.assert_allclose([i["equity"] for i in infos[1:]], np.cumprod(growth), rtol=1e-12)
+    assert [i["position"] for i in infos[1:]] == [1.0, 1.0, 0.0, -1.0, -1.0]
+    assert [i["bar"] for i in infos[1:]] == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(
+        [i["market_return"] for i in infos[1:]], [0.1, -0.1, 0.0, 90 / 99 - 1, -0.1]
+    )
+    np.testing.assert_allclose(
+        [i["portfolio_return"] for i in infos[1:]], np.asarray(growth) - 1, rtol=1e-12
+    )
+    assert math.isclose(infos[-1]["equity"], 1.09835 * 0.9 * 0.9985 * 0.9985 * 12 / 11 * 1.1)
+
+
+def test_no_look_ahead_in_rewards_or_observations():
+    market = make_market(n=60, seed=3)
+    cfg = TradingEnvConfig(window=4)
+    actions = np.random.default_rng(1).integers(0, 3, size=100)
+    obs_a, rew_a, _ = run_actions(TradingEnv(market, cfg, eval_mode=True), actions)
+
+    t = 30  # decision bar; everything after t + 1 (prices) / after t (inputs) is rewritten
+    close = market.close.copy()
+    close[t + 2 :] *= np.linspace(0.5, 3.0, close.size - t - 2)
+    feats = market.features.copy()
+    feats[t + 1 :] += 7.0
+    probs = market.regime_probs.copy()
+    probs[t + 1 :] = probs[t + 1 :, ::-1]
+    changed = MarketArrays(
+        market.timestamps, close, feats, probs, market.feature_names, market.regime_names
+    )
+    obs_b, rew_b, _ = run_actions(TradingEnv(changed, cfg, eval_mode=True), actions)
+
+    k = t - (cfg.window - 1)  # step index of decision bar t (eval starts at bar window - 1)
+    np.testing.assert_array_equal(rew_a[: k + 1], rew_b[: k + 1])
+    for i in range(k + 1):
+        np.testing.assert_array_equal(obs_a[i], obs_b[i])
+    assert rew_a[k + 1] != rew_b[k + 1]  # the rewrite really reaches later rewards
+    assert not np.array_equal(obs_a[k + 1], obs_b[k + 1])
+
+
+def test_eval_mode_covers_whole_span_and_terminates():
+    market = make_market(n=40)
+    env = TradingEnv(market, TradingEnvConfig(window=6, episode_length=5), eval_mode=True)
+    _, info = env.reset(seed=123)
+    assert info["bar"] == 5
+    bars, flags = [], []
+    while True:
+        _, _, terminated, truncated, info = env.step(1)
+        bars.append(info["bar"])
+        flags.append((terminated, truncated))
+        if terminated or truncated:
+            break
+    assert bars == list(range(5, 39))  # decision bars 5 .. T-2 ignore episode_length
+    assert flags[-1] == (True, False) and all(f == (False, False) for f in flags[:-1])
+    assert info["timestamp"] == int(market.timestamps[38].astype(np.int64))
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(1)
+
+
+def test_random_start_is_seeded_and_episodes_truncate():
+    market = make_market(n=200)
+    cfg = TradingEnvConfig(window=10, episode_length=25)
+    env = TradingEnv(market, cfg)
+    starts = [env.reset(seed=s)[1]["bar"] for s in (7, 7, 8, 9, 10, 11)]
+    assert starts[0] == starts[1]
+    assert len(set(starts)) > 2
+    other = TradingEnv(market, cfg)
+    assert other.reset(seed=7)[1]["bar"] == starts[0]
+    # the unseeded sequence after a seeded reset is reproducible too
+    env.reset(seed=42)
+    seq_a = [env.reset()[1]["bar"] for _ in range(5)]
+    env.reset(seed=42)
+    assert [env.reset()[1]["bar"] for _ in range(5)] == seq_a
+    for s in range(20):
+        _, info = env.reset(seed=s)
+        assert 9 <= info["bar"] <= 199 - 25
+    _, rewards, _ = run_actions(env, [2] * 100, seed=3)
+    assert len(rewards) == 25
+
+
+def test_episode_truncation_flags_and_fixed_start():
+    env = TradingEnv(make_market(n=100), TradingEnvConfig(window=5, episode_length=10))
+    env.reset(seed=0, options={"start": 20})
+    flags = [env.step(1)[2:4] for _ in range(10)]
+    assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
+    with pytest.raises(ConfigError, match="start"):
+        env.reset(options={"start": 95})
+
+
+def test_episode_length_longer_than_span_uses_whole_span():
+    env = TradingEnv(make_market(n=30), TradingEnvConfig(window=5, episode_length=1000))
+    _, info = env.reset(seed=1)
+    assert info["bar"] == 4 and env.episode_length == 25
+
+
+def test_initial_position_defaults_to_flat_or_explicit():
+    market = make_market(n=30)
+    assert TradingEnvConfig(positions=(1.0, 0.0)).initial_index == 1
+    assert TradingEnvConfig(positions=(-1.0, 0.5, 1.0)).initial_index == 1
+    env = TradingEnv(market, TradingEnvConfig(window=3, initial_position=2), eval_mode=True)
+    _, info = env.reset()
+    assert info["position"] == 1.0
+    _, _, _, _, info = env.step(2)
+    assert info["cost"] == 0.0  # already long: no trade
+
+
+def test_bankruptcy_terminates_with_large_negative_reward():
+    close = [100.0, 100.0, 210.0, 220.0, 230.0]  # +110% while short 1x wipes out the account
+    env = TradingEnv(make_market(close=close), TradingEnvConfig(window=1), eval_mode=False)
+    env.reset(options={"start": 0})
+    env.step(0)
+    _, r1, terminated, truncated, info = env.step(0)
+    assert terminated and not truncated and info["bankrupt"]
+    assert r1 == BANKRUPTCY_REWARD and info["equity"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"window": 0}, "window"),
+        ({"positions": ()}, "positions"),
+        ({"positions": (0.0, 6.0)}, "6.0"),
+        ({"positions": (0.0, float("nan"))}, "nan"),
+        ({"positions": (1.0, 1.0)}, "distinct"),
+        ({"cost_bps": -1.0}, "cost_bps"),
+        ({"episode_length": 0}, "episode_length"),
+        ({"initial_position": 3}, "initial_position=3"),
+        ({"windw": 3}, "windw"),
+    ],
+)
+def test_config_errors_name_field_and_value(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle) as exc:
+        TradingEnvConfig(**kwargs)
+    assert "\n" not in str(exc.value)
+
+
+def test_short_span_and_bad_data_are_rejected():
+    with pytest.raises(ConfigError, match=r"11 bars.*window=10.*at least 12"):
+        TradingEnv(make_market(n=11), TradingEnvConfig(window=10))
+    TradingEnv(make_market(n=12), TradingEnvConfig(window=10))  # exactly window + 2 is fine
+    m = make_market(n=20)
+    close = m.close.copy()
+    close[7] = -1.0
+    with pytest.raises(DataError, match="row 7"):
+        TradingEnv(
+            MarketArrays(m.timestamps, close, m.features, m.regime_probs, (), ()),
+            TradingEnvConfig(window=4),
+        )
+
+
+def test_invalid_actions_are_rejected():
+    env = TradingEnv(make_market(), TradingEnvConfig(window=4))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="action"):
+        env.step(3)
+    with pytest.raises(ValueError, match="action"):
+        env.step(1.5)
+    env.step(np.array([1]))  # a one-element integer array is accepted
