@@ -8,6 +8,7 @@ then discard the odd slow repetition.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -60,10 +61,8 @@ def machine_info() -> dict[str, Any]:
         "gymnasium": gymnasium.__version__,
         "cuda": torch.cuda.is_available(),
     }
-    try:
+    with contextlib.suppress(OSError):
         info["load_avg_1m"] = round(os.getloadavg()[0], 2)
-    except OSError:
-        pass
     try:
         import stable_baselines3
 
@@ -77,9 +76,7 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def interleaved(
-    contenders: dict[str, Callable[[], float]], reps: int
-) -> dict[str, list[float]]:
+def interleaved(contenders: dict[str, Callable[[], float]], reps: int) -> dict[str, list[float]]:
     """Run each contender once per repetition, in turn, rotating the starting one.
 
     Each callable returns the figure of one repetition (e.g. updates/s). Rotating the order stops a
@@ -108,8 +105,8 @@ def timed(fn: Callable[[], Any]) -> float:
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--smoke", action="store_true", help="tiny run (seconds) to check that it works")
-    p.add_argument("--out", type=Path, default=None, help="JSON output (default benchmarks/results/)")
+    p.add_argument("--smoke", action="store_true", help="tiny run (seconds)")
+    p.add_argument("--out", type=Path, default=None, help="JSON file to write")
     return p
 
 
@@ -151,8 +148,10 @@ def finish(
         "ratios": ratios,
         "notes": notes,
     }
-    out = args.out if args.out is not None else RESULTS_DIR / (
-        f"{name}.smoke.json" if args.smoke else f"{name}.json"
+    out = (
+        args.out
+        if args.out is not None
+        else RESULTS_DIR / (f"{name}.smoke.json" if args.smoke else f"{name}.json")
     )
     write_json(out, payload)
     print(table)
@@ -165,7 +164,7 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
     def fmt(v: Any) -> str:
         if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
         return str(v)
 
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

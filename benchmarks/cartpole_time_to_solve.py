@@ -12,6 +12,7 @@ Run: ``python benchmarks/cartpole_time_to_solve.py [--smoke] [--out FILE.json] [
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,9 +30,17 @@ THRESHOLD = 475.0
 
 # rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1 (SB3's max_grad_norm default is 10).
 ZOO_CARTPOLE: dict[str, Any] = dict(
-    learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
-    target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
-    exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256]),
+    learning_rate=2.3e-3,
+    batch_size=64,
+    buffer_size=100_000,
+    learning_starts=1000,
+    gamma=0.99,
+    target_update_interval=10,
+    train_freq=256,
+    gradient_steps=128,
+    exploration_fraction=0.16,
+    exploration_final_eps=0.04,
+    policy_kwargs=dict(net_arch=[256, 256]),
 )
 
 
@@ -88,8 +97,12 @@ def run_foxhunt(seed: int, budget: dict[str, Any]) -> dict[str, Any]:
     from foxhunt.trainer import DQNTrainer
 
     hp = DQNHyperparameters.cartpole(
-        seed=seed, torch_threads=1, device="cpu", eval_interval=0,
-        log_interval=budget["eval_every"], **budget["foxhunt_overrides"],
+        seed=seed,
+        torch_threads=1,
+        device="cpu",
+        eval_interval=0,
+        log_interval=budget["eval_every"],
+        **budget["foxhunt_overrides"],
     )
     trainer = DQNTrainer(hp, ENV_ID)
     agent = trainer.agent
@@ -108,10 +121,8 @@ def run_foxhunt(seed: int, budget: dict[str, Any]) -> dict[str, Any]:
                     raise _Solved
 
     clock.t0 = time.perf_counter()
-    try:
+    with contextlib.suppress(_Solved):
         trainer.learn(budget["max_steps"], callback=callback)
-    except _Solved:
-        pass
     wall = clock.solve_wall_s if clock.solve_wall_s is not None else clock.wall_s()
     out = _summary("foxhunt", seed, clock, wall, trainer.env_steps, agent.optimizer_steps, budget)
     trainer.close()
@@ -122,8 +133,14 @@ def run_sb3(seed: int, budget: dict[str, Any]) -> dict[str, Any]:
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
 
-    model = DQN("MlpPolicy", ENV_ID, seed=seed, device="cpu", verbose=0,
-                **{**ZOO_CARTPOLE, **budget["sb3_overrides"]})
+    model = DQN(
+        "MlpPolicy",
+        ENV_ID,
+        seed=seed,
+        device="cpu",
+        verbose=0,
+        **{**ZOO_CARTPOLE, **budget["sb3_overrides"]},
+    )
     torch.set_num_threads(1)
     clock = Clock(budget["eval_every"], budget["eval_episodes"], 10_000 + 100 * seed)
 
@@ -171,13 +188,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.smoke:
         # Tiny budget: exercises collection, training, evaluation and both callbacks, nothing more.
         small = dict(learning_starts=128, train_freq=64, gradient_steps=4)
-        budget = dict(max_steps=512, eval_every=256, eval_episodes=2,
-                      foxhunt_overrides={**small, "buffer_capacity": 1000},
-                      sb3_overrides={**small, "buffer_size": 1000})
+        budget = dict(
+            max_steps=512,
+            eval_every=256,
+            eval_episodes=2,
+            foxhunt_overrides={**small, "buffer_capacity": 1000},
+            sb3_overrides={**small, "buffer_size": 1000},
+        )
         n_seeds = args.seeds or 1
     else:
-        budget = dict(max_steps=50_000, eval_every=1024, eval_episodes=10,
-                      foxhunt_overrides={}, sb3_overrides={})
+        budget = dict(
+            max_steps=50_000,
+            eval_every=1024,
+            eval_episodes=10,
+            foxhunt_overrides={},
+            sb3_overrides={},
+        )
         n_seeds = args.seeds or 5
     runs: list[dict[str, Any]] = []
     for seed in range(n_seeds):
@@ -185,8 +211,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for fn in order:
             r = fn(seed, budget)
             runs.append(r)
-            print(f"seed {seed} {r['impl']:8s} solved={r['solved']} "
-                  f"steps={r['env_steps_to_solve']} wall={r['wall_s_to_solve']:.1f}s", flush=True)
+            print(
+                f"seed {seed} {r['impl']:8s} solved={r['solved']} "
+                f"steps={r['env_steps_to_solve']} wall={r['wall_s_to_solve']:.1f}s",
+                flush=True,
+            )
     results = []
     med: dict[str, dict[str, float]] = {}
     for impl in ("foxhunt", "sb3"):
@@ -195,36 +224,52 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "wall_s": C.median([r["wall_s_to_solve"] for r in mine]),
             "env_steps": C.median([float(r["env_steps_to_solve"]) for r in mine]),
         }
-        results.append({
-            "impl": impl,
-            "seeds": len(mine),
-            "solved": sum(r["solved"] for r in mine),
-            "median_wall_s_to_solve": med[impl]["wall_s"],
-            "median_env_steps_to_solve": med[impl]["env_steps"],
-            "runs": mine,
-        })
+        results.append(
+            {
+                "impl": impl,
+                "seeds": len(mine),
+                "solved": sum(r["solved"] for r in mine),
+                "median_wall_s_to_solve": med[impl]["wall_s"],
+                "median_env_steps_to_solve": med[impl]["env_steps"],
+                "runs": mine,
+            }
+        )
     ratios = {
         "foxhunt_vs_sb3_wall_time_to_solve": med["foxhunt"]["wall_s"] / med["sb3"]["wall_s"],
         "foxhunt_vs_sb3_env_steps_to_solve": med["foxhunt"]["env_steps"] / med["sb3"]["env_steps"],
     }
     table = C.md_table(
         ["impl", "solved / seeds", "median wall s to solve", "median env steps to solve"],
-        [[r["impl"], f"{r['solved']}/{r['seeds']}", r["median_wall_s_to_solve"],
-          r["median_env_steps_to_solve"]] for r in results],
-    ) + (f"\n\nfoxhunt / SB3 wall time: {ratios['foxhunt_vs_sb3_wall_time_to_solve']:.3f}, "
-         f"env steps: {ratios['foxhunt_vs_sb3_env_steps_to_solve']:.3f}")
+        [
+            [
+                r["impl"],
+                f"{r['solved']}/{r['seeds']}",
+                r["median_wall_s_to_solve"],
+                r["median_env_steps_to_solve"],
+            ]
+            for r in results
+        ],
+    ) + (
+        f"\n\nfoxhunt / SB3 wall time: {ratios['foxhunt_vs_sb3_wall_time_to_solve']:.3f}, "
+        f"env steps: {ratios['foxhunt_vs_sb3_env_steps_to_solve']:.3f}"
+    )
     config = {
-        "env": ENV_ID, "threshold": THRESHOLD, "max_env_steps": budget["max_steps"],
-        "eval_every_env_steps": budget["eval_every"], "eval_episodes": budget["eval_episodes"],
+        "env": ENV_ID,
+        "threshold": THRESHOLD,
+        "max_env_steps": budget["max_steps"],
+        "eval_every_env_steps": budget["eval_every"],
+        "eval_episodes": budget["eval_episodes"],
         "eval_time": "excluded from the wall clock on both sides",
         "foxhunt": "DQNHyperparameters.cartpole() (eval_interval=0: the benchmark evaluates), "
-                   f"overrides {budget['foxhunt_overrides']}",
+        f"overrides {budget['foxhunt_overrides']}",
         "sb3": f"rl-baselines3-zoo CartPole-v1 DQN {ZOO_CARTPOLE}, overrides "
-               f"{budget['sb3_overrides']}",
+        f"{budget['sb3_overrides']}",
         "torch_threads": 1,
     }
-    notes = ("Unsolved seeds count with the full budget (censored). Evaluations use the same "
-             "function and seeds for both sides; the clock starts at learn().")
+    notes = (
+        "Unsolved seeds count with the full budget (censored). Evaluations use the same "
+        "function and seeds for both sides; the clock starts at learn()."
+    )
     return C.finish("cartpole_time_to_solve", args, config, results, ratios, notes, table)
 
 

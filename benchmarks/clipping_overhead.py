@@ -1,4 +1,4 @@
-"""Clipping overhead: time per optimizer step with foxhunt's single-pass clip vs no clip vs two passes.
+"""Clipping overhead: time per optimizer step, single-pass clip vs no clip vs a two-pass clip.
 
 All variants run the same step (foxhunt's ``DQNAgent.compute_loss`` on an MLP 256x256 Q-network,
 CartPole-shaped random batches, Adam, one torch thread) and differ only in what happens between
@@ -6,8 +6,8 @@ backward and ``optimizer.step``:
 
 * ``no_clip``       - nothing (the floor);
 * ``torch_clip``    - ``clip_grad_norm_(foreach=True)`` after the single backward (what SB3 does);
-* ``foxhunt_clip``  - ``DQNAgent.backward_micro_batch`` + ``optimizer_step``: one backward, one norm,
-  one in-place rescale, plus foxhunt's bookkeeping (finite check, LR schedule, stats);
+* ``foxhunt_clip``  - ``DQNAgent.backward_micro_batch`` + ``optimizer_step``: one backward, one
+  norm, one in-place rescale, plus foxhunt's bookkeeping (finite check, LR schedule, stats);
 * ``foxhunt_no_clip`` - the same with ``max_grad_norm=None`` (the norm is still computed: it feeds
   the health monitor and the metrics);
 * ``two_pass``      - backward, global norm, then a SECOND backward of ``loss * max_norm / norm``
@@ -43,8 +43,14 @@ def make_agent(max_grad_norm: float | None) -> Any:
     from foxhunt.learner import DQNAgent
 
     hp = DQNHyperparameters(
-        learning_rate=1e-4, gamma=GAMMA, batch_size=64, max_grad_norm=max_grad_norm,
-        hidden_sizes=(256, 256), double_q=False, target_update_interval=10**9, device="cpu",
+        learning_rate=1e-4,
+        gamma=GAMMA,
+        batch_size=64,
+        max_grad_norm=max_grad_norm,
+        hidden_sizes=(256, 256),
+        double_q=False,
+        target_update_interval=10**9,
+        device="cpu",
         seed=0,
     )
     obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
@@ -143,9 +149,12 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     for fn in fns.values():
         fn(max(2, n_steps // 10))
-    per_rep = C.interleaved({k: (lambda f=f: ms_per_step(f, n_steps)) for k, f in fns.items()}, reps)
+    per_rep = C.interleaved(
+        {k: (lambda f=f: ms_per_step(f, n_steps)) for k, f in fns.items()}, reps
+    )
     med = {k: C.median(v) for k, v in per_rep.items()}
     base = med["no_clip"]
+    clip_rate = clip_stats["foxhunt_clipped"] / max(1, clip_stats["foxhunt_clip_steps"])
     return {
         "batch_size": batch,
         "steps_per_rep": n_steps,
@@ -155,7 +164,7 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
         "ratio_vs_no_clip": {k: v / base for k, v in med.items()},
         "ratio_two_pass_vs_foxhunt_clip": med["two_pass"] / med["foxhunt_clip"],
         "ratio_foxhunt_clip_vs_foxhunt_no_clip": med["foxhunt_clip"] / med["foxhunt_no_clip"],
-        "foxhunt_clip_rate": clip_stats["foxhunt_clipped"] / max(1, clip_stats["foxhunt_clip_steps"]),
+        "foxhunt_clip_rate": clip_rate,
     }
 
 
@@ -173,22 +182,46 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ratios[f"two_pass_vs_no_clip_b{b}"] = rv["two_pass"]
         ratios[f"two_pass_vs_foxhunt_clip_b{b}"] = r["ratio_two_pass_vs_foxhunt_clip"]
         ratios[f"foxhunt_clip_vs_foxhunt_no_clip_b{b}"] = r["ratio_foxhunt_clip_vs_foxhunt_no_clip"]
-        rows.append([b, m["no_clip"], m["torch_clip"], m["foxhunt_no_clip"], m["foxhunt_clip"],
-                     m["two_pass"], rv["torch_clip"], rv["foxhunt_clip"], rv["two_pass"],
-                     r["ratio_foxhunt_clip_vs_foxhunt_no_clip"]])
+        rows.append(
+            [
+                b,
+                m["no_clip"],
+                m["torch_clip"],
+                m["foxhunt_no_clip"],
+                m["foxhunt_clip"],
+                m["two_pass"],
+                rv["torch_clip"],
+                rv["foxhunt_clip"],
+                rv["two_pass"],
+                r["ratio_foxhunt_clip_vs_foxhunt_no_clip"],
+            ]
+        )
     table = C.md_table(
-        ["batch", "no clip ms", "torch clip ms", "foxhunt no-clip ms", "foxhunt clip ms",
-         "two-pass ms", "torch clip / no clip", "foxhunt clip / no clip", "two-pass / no clip",
-         "foxhunt clip / foxhunt no-clip"],
+        [
+            "batch",
+            "no clip ms",
+            "torch clip ms",
+            "foxhunt no-clip ms",
+            "foxhunt clip ms",
+            "two-pass ms",
+            "torch clip / no clip",
+            "foxhunt clip / no clip",
+            "two-pass / no clip",
+            "foxhunt clip / foxhunt no-clip",
+        ],
         rows,
     )
     config = {
         "network": "MLP 4-256-256-2 (ReLU), foxhunt DQNAgent.compute_loss (double_q=False)",
-        "optimizer": "adam (foreach)", "max_grad_norm": MAX_NORM, "torch_threads": 1,
+        "optimizer": "adam (foreach)",
+        "max_grad_norm": MAX_NORM,
+        "torch_threads": 1,
         "batches": "16 fixed random batches, cycled (no replay sampling in the timing)",
     }
-    notes = ("Median ms per optimizer step over interleaved repetitions; clipping forced to fire "
-             "on every step. two_pass retains the graph for its second backward.")
+    notes = (
+        "Median ms per optimizer step over interleaved repetitions; clipping forced to fire "
+        "on every step. two_pass retains the graph for its second backward."
+    )
     return C.finish("clipping_overhead", args, config, results, ratios, notes, table)
 
 

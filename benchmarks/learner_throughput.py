@@ -1,4 +1,4 @@
-"""Learner throughput: foxhunt's optimizer step vs Stable-Baselines3's DQN.train, updates per second.
+"""Learner throughput: foxhunt's optimizer step vs Stable-Baselines3's DQN.train, updates/s.
 
 Both sides run the same update on the same data: an MLP 256x256 Q-network on CartPole-v1
 observations, Huber loss (delta 1), global-norm clipping at 10, Adam, one torch thread, and replay
@@ -47,14 +47,30 @@ def make_foxhunt(batch: int, data: dict[str, np.ndarray], double_q: bool) -> Any
 
     n = len(data["actions"])
     hp = DQNHyperparameters(
-        learning_rate=LR, gamma=GAMMA, batch_size=batch, buffer_capacity=n, learning_starts=batch,
-        max_grad_norm=MAX_NORM, loss="huber", huber_delta=1.0, optimizer="adam",
-        hidden_sizes=HIDDEN, double_q=double_q, target_update_interval=10**9, device="cpu",
-        torch_threads=1, eval_interval=0, seed=0,
+        learning_rate=LR,
+        gamma=GAMMA,
+        batch_size=batch,
+        buffer_capacity=n,
+        learning_starts=batch,
+        max_grad_norm=MAX_NORM,
+        loss="huber",
+        huber_delta=1.0,
+        optimizer="adam",
+        hidden_sizes=HIDDEN,
+        double_q=double_q,
+        target_update_interval=10**9,
+        device="cpu",
+        torch_threads=1,
+        eval_interval=0,
+        seed=0,
     )
     trainer = DQNTrainer(hp, "CartPole-v1")
     trainer.replay.add(
-        data["obs"], data["actions"], data["rewards"], data["next_obs"], data["dones"],
+        data["obs"],
+        data["actions"],
+        data["rewards"],
+        data["next_obs"],
+        data["dones"],
         np.full(n, GAMMA, np.float32),
     )
     return trainer
@@ -66,10 +82,20 @@ def make_sb3(batch: int, data: dict[str, np.ndarray]) -> Any:
 
     n = len(data["actions"])
     model = DQN(
-        "MlpPolicy", "CartPole-v1", learning_rate=LR, buffer_size=n, learning_starts=0,
-        batch_size=batch, gamma=GAMMA, train_freq=1, gradient_steps=1,
-        target_update_interval=10**9, max_grad_norm=MAX_NORM,
-        policy_kwargs=dict(net_arch=list(HIDDEN)), device="cpu", seed=0,
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_rate=LR,
+        buffer_size=n,
+        learning_starts=0,
+        batch_size=batch,
+        gamma=GAMMA,
+        train_freq=1,
+        gradient_steps=1,
+        target_update_interval=10**9,
+        max_grad_norm=MAX_NORM,
+        policy_kwargs=dict(net_arch=list(HIDDEN)),
+        device="cpu",
+        seed=0,
     )
     model.set_logger(Logger(folder=None, output_formats=[]))
     rb = model.replay_buffer
@@ -202,20 +228,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for r in results:
         m = r["updates_per_s_median"]
-        rows.append([
-            r["batch_size"], m["foxhunt"], m["foxhunt_double_q"], m["sb3"], m["torch_minimal"],
-            r["ratio_foxhunt_vs_sb3"], r["ratio_foxhunt_double_q_vs_sb3"],
-        ])
+        rows.append(
+            [
+                r["batch_size"],
+                m["foxhunt"],
+                m["foxhunt_double_q"],
+                m["sb3"],
+                m["torch_minimal"],
+                r["ratio_foxhunt_vs_sb3"],
+                r["ratio_foxhunt_double_q_vs_sb3"],
+            ]
+        )
     table = C.md_table(
-        ["batch", "foxhunt upd/s", "foxhunt double-Q upd/s", "SB3 upd/s", "torch minimal upd/s",
-         "foxhunt / SB3", "foxhunt double-Q / SB3"],
+        [
+            "batch",
+            "foxhunt upd/s",
+            "foxhunt double-Q upd/s",
+            "SB3 upd/s",
+            "torch minimal upd/s",
+            "foxhunt / SB3",
+            "foxhunt double-Q / SB3",
+        ],
         rows,
     )
     config = {
         "network": f"MLP {OBS_DIM}-{'-'.join(map(str, HIDDEN))}-{N_ACTIONS} (ReLU)",
-        "loss": "huber (delta 1)", "max_grad_norm": MAX_NORM, "optimizer": "adam",
-        "learning_rate": LR, "torch_threads": 1, "replay_transitions": n_fill,
-        "replay_sampling_included": True, "target_sync": "disabled on both sides",
+        "loss": "huber (delta 1)",
+        "max_grad_norm": MAX_NORM,
+        "optimizer": "adam",
+        "learning_rate": LR,
+        "torch_threads": 1,
+        "replay_transitions": n_fill,
+        "replay_sampling_included": True,
+        "target_sync": "disabled on both sides",
     }
     notes = (
         "Median updates/s over interleaved repetitions (A, B, C, D rotating). foxhunt = "

@@ -103,7 +103,11 @@ def test_timestamp_formats(tmp_path, stamps, expected):
 
 
 def test_separate_date_and_time_columns(tmp_path):
-    text = "Date,Time,Open,High,Low,Close\n2020-01-02,10:00,10,11,9,10.5\n2020-01-02,11:00,10,11,9,10\n"
+    text = (
+        "Date,Time,Open,High,Low,Close\n"
+        "2020-01-02,10:00,10,11,9,10.5\n"
+        "2020-01-02,11:00,10,11,9,10\n"
+    )
     df = load_ohlcv(write(tmp_path, text))
     assert list(df.index) == [pd.Timestamp("2020-01-02 10:00"), pd.Timestamp("2020-01-02 11:00")]
 

@@ -32,10 +32,12 @@ class Batch:
         return int(self.actions.shape[0])
 
     def _map(self, fn) -> Batch:  # type: ignore[no-untyped-def]
-        return Batch(**{
-            f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name))
-            for f in fields(self)
-        })
+        return Batch(
+            **{
+                f.name: None if getattr(self, f.name) is None else fn(getattr(self, f.name))
+                for f in fields(self)
+            }
+        )
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """The same batch on ``device`` (no copy when already there)."""
@@ -48,7 +50,9 @@ class Batch:
     def split(self, sizes: Sequence[int]) -> list[Batch]:
         """Consecutive micro-batches of the given sizes (views, no copies)."""
         if sum(sizes) != len(self) or any(s <= 0 for s in sizes):
-            raise ValueError(f"micro-batch sizes {list(sizes)} must be positive and sum to {len(self)}")
+            raise ValueError(
+                f"micro-batch sizes {list(sizes)} must be positive and sum to {len(self)}"
+            )
         out, start = [], 0
         for s in sizes:
             out.append(self.slice(start, start + s))
@@ -63,12 +67,14 @@ class Batch:
     def cat(batches: Sequence[Batch]) -> Batch:
         """Concatenate batches (used to build reference big batches in tests and DDP checks)."""
         first = batches[0]
-        return Batch(**{
-            f.name: None
-            if getattr(first, f.name) is None
-            else torch.cat([getattr(b, f.name) for b in batches])
-            for f in fields(first)
-        })
+        return Batch(
+            **{
+                f.name: None
+                if getattr(first, f.name) is None
+                else torch.cat([getattr(b, f.name) for b in batches])
+                for f in fields(first)
+            }
+        )
 
 
 def split_sizes(total: int, parts: int) -> list[int]:

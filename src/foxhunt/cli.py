@@ -1,7 +1,7 @@
 """``foxhunt`` command line: train · resume · evaluate · report · hyperopt · data synth.
 
-User errors (bad config, data, checkpoint, arguments) print ONE line to stderr and exit 2; nothing is
-written for a run whose inputs fail validation, because every input is checked before the run
+User errors (bad config, data, checkpoint, arguments) print ONE line to stderr and exit 2;
+nothing is written for a run whose inputs fail validation, because every input is checked before the run
 directory is created.
 """
 
@@ -60,16 +60,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    t = sub.add_parser("train", help="train an agent (default: regime-conditional trading agent "
-                                     "on the embedded synthetic market)")
+    t = sub.add_parser(
+        "train",
+        help="train an agent (default: regime-conditional trading agent "
+        "on the embedded synthetic market)",
+    )
     t.add_argument("--env", help="Gymnasium env id with discrete actions (e.g. CartPole-v1)")
     t.add_argument("--data", help="OHLCV file (CSV or Parquet) to train the trading agent on")
     t.add_argument("--config", help="YAML file of hyperparameters (flat or sectioned)")
     t.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
-    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a hyperparameter (or trading.X / market.X); repeatable")
-    t.add_argument("--total-steps", type=_positive_int("--total-steps"),
-                   help="environment steps to train for")
+    t.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hyperparameter (or trading.X / market.X); repeatable",
+    )
+    t.add_argument(
+        "--total-steps", type=_positive_int("--total-steps"), help="environment steps to train for"
+    )
     t.add_argument("--run-dir", help="output directory (default: runs/<time>-<env>)")
     t.add_argument("--seed", type=_non_negative_int("--seed"))
     t.add_argument("--no-progress", action="store_true", help="no live progress display")
@@ -77,16 +87,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("resume", help="continue a run exactly from its latest checkpoint")
     r.add_argument("run_dir")
-    r.add_argument("--total-steps", type=_positive_int("--total-steps"),
-                   help="new total environment steps (default: the run's own)")
+    r.add_argument(
+        "--total-steps",
+        type=_positive_int("--total-steps"),
+        help="new total environment steps (default: the run's own)",
+    )
     r.add_argument("--no-progress", action="store_true")
 
     e = sub.add_parser("evaluate", help="backtest a trained trading agent; writes RUN_DIR/backtest")
     e.add_argument("run_dir")
     e.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
     e.add_argument("--split", default="test", help="train, validation, test or all (default test)")
-    e.add_argument("--episodes", type=_positive_int("--episodes"), default=10,
-                   help="greedy episodes (Gymnasium envs only)")
+    e.add_argument(
+        "--episodes",
+        type=_positive_int("--episodes"),
+        default=10,
+        help="greedy episodes (Gymnasium envs only)",
+    )
 
     rep = sub.add_parser("report", help="plot a run's training curves into RUN_DIR/report")
     rep.add_argument("run_dir")
@@ -99,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     h.add_argument("--trials", type=_positive_int("--trials"), default=20)
     h.add_argument("--total-steps", type=_positive_int("--total-steps"))
-    h.add_argument("--storage", help="Optuna storage URL (e.g. sqlite:///study.db) to share a study")
+    h.add_argument(
+        "--storage", help="Optuna storage URL (e.g. sqlite:///study.db) to share a study"
+    )
     h.add_argument("--study-name", default="foxhunt")
     h.add_argument("--run-dir", help="where to write the best configuration")
     h.add_argument("--seed", type=_non_negative_int("--seed"))
@@ -120,8 +139,9 @@ def _overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _default_run_dir(spec: Any) -> Path:
-    name = spec.env or ("trading-" + (Path(spec.market.data).stem if spec.market.data
-                                      else "synthetic"))
+    name = spec.env or (
+        "trading-" + (Path(spec.market.data).stem if spec.market.data else "synthetic")
+    )
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{name}"
 
@@ -131,8 +151,10 @@ def _prepare_run_dir(path: Path, force: bool) -> None:
         raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
     if path.is_dir() and any(path.iterdir()):
         if not force:
-            raise ConfigError(f"--run-dir already holds files: {path} (use `foxhunt resume "
-                              f"{path}`, another --run-dir, or --force)")
+            raise ConfigError(
+                f"--run-dir already holds files: {path} (use `foxhunt resume "
+                f"{path}`, another --run-dir, or --force)"
+            )
         shutil.rmtree(path)
 
 
@@ -143,8 +165,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.data is not None and not Path(args.data).exists():
         raise FoxhuntError(f"--data file not found: {args.data}")
     spec = build_spec(
-        env=args.env, data=args.data, config_file=args.config, preset_name=args.preset,
-        overrides=_overrides(args.overrides), total_steps=args.total_steps, seed=args.seed,
+        env=args.env,
+        data=args.data,
+        config_file=args.config,
+        preset_name=args.preset,
+        overrides=_overrides(args.overrides),
+        total_steps=args.total_steps,
+        seed=args.seed,
     )
     run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(spec)
     _prepare_run_dir(run_dir, args.force)
@@ -155,16 +182,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from foxhunt.session import resume_training
 
-    resume_training(Path(args.run_dir), total_steps=args.total_steps,
-                    progress=not args.no_progress)
+    resume_training(Path(args.run_dir), total_steps=args.total_steps, progress=not args.no_progress)
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from foxhunt.session import evaluate_run
 
-    out = evaluate_run(Path(args.run_dir), data=args.data, split=args.split,
-                       episodes=args.episodes)
+    out = evaluate_run(Path(args.run_dir), data=args.data, split=args.split, episodes=args.episodes)
     print(json.dumps(out, indent=2, default=str))
     return 0
 
@@ -182,12 +207,21 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
     from foxhunt.runs import build_spec
 
     spec = build_spec(
-        env=args.env, data=args.data, config_file=args.config, preset_name=args.preset,
-        overrides=_overrides(args.overrides), total_steps=args.total_steps, seed=args.seed,
+        env=args.env,
+        data=args.data,
+        config_file=args.config,
+        preset_name=args.preset,
+        overrides=_overrides(args.overrides),
+        total_steps=args.total_steps,
+        seed=args.seed,
     )
-    best = run_hyperopt(spec, n_trials=args.trials, storage=args.storage,
-                        study_name=args.study_name,
-                        run_dir=Path(args.run_dir) if args.run_dir else None)
+    best = run_hyperopt(
+        spec,
+        n_trials=args.trials,
+        storage=args.storage,
+        study_name=args.study_name,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+    )
     print(json.dumps(best, indent=2))
     return 0
 
@@ -214,9 +248,19 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: returns the exit code (0 ok, 2 user error, 130 interrupted)."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     try:
+        if args.command == "train":
+            import torch
+
+            from foxhunt.distributed import init_from_env
+
+            init_from_env(
+                "cuda" if torch.cuda.is_available() else "cpu"
+            )  # joins a torchrun job when launched by torchrun; no-op otherwise
         return COMMANDS[args.command](args)
     except FoxhuntError as err:
         print(f"foxhunt: error: {_one_line(err)}", file=sys.stderr)

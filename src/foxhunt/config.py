@@ -91,7 +91,7 @@ class DQNHyperparameters(BaseModel):
         extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True
     )
 
-    # --- optimisation -----------------------------------------------------------------------
+    # --- optimisation
     learning_rate: PositiveFloat = 1e-3
     """Peak learning rate of the optimizer (after warmup)."""
     gamma: Fraction = 0.99
@@ -127,7 +127,7 @@ class DQNHyperparameters(BaseModel):
     huber_delta: PositiveFloat = 1.0
     """Huber threshold (also kappa of the quantile Huber loss)."""
 
-    # --- replay and training cadence ----------------------------------------------------------
+    # --- replay and training cadence
     buffer_capacity: PositiveInt = 100_000
     """Transitions kept in replay (preallocated)."""
     learning_starts: NonNegativeInt = 1_000
@@ -141,7 +141,7 @@ class DQNHyperparameters(BaseModel):
     tau: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 1.0
     """Target update coefficient: 1 copies (hard update), < 1 is a Polyak average."""
 
-    # --- exploration ----------------------------------------------------------------------------
+    # --- exploration
     exploration_initial_eps: Fraction = 1.0
     """Epsilon at the first environment step."""
     exploration_final_eps: Fraction = 0.05
@@ -149,7 +149,7 @@ class DQNHyperparameters(BaseModel):
     exploration_fraction: Fraction = 0.1
     """Share of total environment steps over which epsilon decays linearly."""
 
-    # --- network --------------------------------------------------------------------------------
+    # --- network
     hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
     """Widths of the shared MLP torso."""
     activation: Literal["relu", "tanh", "gelu"] = "relu"
@@ -175,7 +175,7 @@ class DQNHyperparameters(BaseModel):
     regime_gating: Literal["hard", "soft"] = "hard"
     """hard: the argmax regime's head; soft: heads mixed by regime probabilities."""
 
-    # --- prioritized replay and n-step ---------------------------------------------------------
+    # --- prioritized replay and n-step
     prioritized_replay: bool = False
     """Proportional prioritized replay (Schaul et al. 2016)."""
     per_alpha: Fraction = 0.6
@@ -191,7 +191,7 @@ class DQNHyperparameters(BaseModel):
     n_step: PositiveInt = 1
     """Steps of the multi-step return."""
 
-    # --- system ---------------------------------------------------------------------------------
+    # --- system
     n_envs: PositiveInt = 1
     """Parallel environments stepped together (gymnasium.vector)."""
     vector_env: Literal["sync", "async"] = "sync"
@@ -209,7 +209,7 @@ class DQNHyperparameters(BaseModel):
     replay_on_device: bool = False
     """Keep replay storage on the training device (GPU) instead of host memory."""
 
-    # --- evaluation, logging, checkpoints --------------------------------------------------------
+    # --- evaluation, logging, checkpoints
     eval_interval: NonNegativeInt = 10_000
     """Environment steps between greedy evaluations; 0 disables."""
     eval_episodes: PositiveInt = 10
@@ -221,7 +221,7 @@ class DQNHyperparameters(BaseModel):
     keep_checkpoints: PositiveInt = 3
     """Checkpoints kept on disk."""
 
-    # --- health monitors --------------------------------------------------------------------------
+    # --- health monitors
     max_consecutive_nonfinite: PositiveInt = 10
     """Stop after this many optimizer steps in a row skipped for non-finite loss or gradients."""
     q_divergence_bound: PositiveFloat | None = None
@@ -279,7 +279,7 @@ class DQNHyperparameters(BaseModel):
             )
         return self
 
-    # --- derived values ---------------------------------------------------------------------------
+    # --- derived values
     @property
     def effective_batch_size(self) -> int:
         """Samples per optimizer step: batch_size * gradient_accumulation_steps."""
@@ -293,7 +293,7 @@ class DQNHyperparameters(BaseModel):
         """Plain JSON/YAML-able values (tuples become lists)."""
         return self.model_dump(mode="json")
 
-    # --- presets ------------------------------------------------------------------------------------
+    # --- presets ---
     @classmethod
     def conservative(cls, **overrides: Any) -> DQNHyperparameters:
         """Safe defaults: plain double DQN, modest LR, clipping on, no accumulation."""
@@ -340,7 +340,7 @@ class DQNHyperparameters(BaseModel):
         """A configuration that solves CartPole-v1 quickly on a CPU (see configs/cartpole.yaml)."""
         return cls(**{**load_config_dict(_CONFIG_DIR / "cartpole.yaml"), **overrides})
 
-    # --- files ---------------------------------------------------------------------------------------
+    # --- files ---
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> DQNHyperparameters:
         """Load a YAML file of hyperparameters (optionally under a ``hyperparameters:`` key)."""
@@ -368,19 +368,22 @@ def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of hyperparameters, got: "
-                          f"{type(data).__name__}")
+        raise ConfigError(
+            f"config file {path} must hold a mapping of hyperparameters, got: {type(data).__name__}"
+        )
     if flatten and "hyperparameters" in data:
         section = data["hyperparameters"] or {}
         if not isinstance(section, dict):
-            raise ConfigError(f"config file {path}: hyperparameters must be a mapping, got: "
-                              f"{type(section).__name__}")
+            raise ConfigError(
+                f"config file {path}: hyperparameters must be a mapping, got: "
+                f"{type(section).__name__}"
+            )
         return dict(section)
     return data
 
 
 def parse_override(item: str) -> tuple[str, Any]:
-    """Parse one ``key=value`` override; the value is read as YAML (``4``, ``1e-3``, ``[64, 64]``)."""
+    """Parse one ``key=value`` override; the value is YAML (``4``, ``1e-3``, ``[64, 64]``)."""
     if "=" not in item:
         raise ConfigError(f"--set expects key=value, got: {item!r}")
     key, raw = item.split("=", 1)

@@ -20,7 +20,11 @@ _BASE_ATTRS = ("state", "steps_beyond_terminated", "steps_beyond_done")
 
 def _encode(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype), "shape": list(value.shape)}
+        return {
+            "__ndarray__": value.tolist(),
+            "dtype": str(value.dtype),
+            "shape": list(value.shape),
+        }
     if isinstance(value, tuple):
         return {"__tuple__": [_encode(v) for v in value]}
     if isinstance(value, np.generic):

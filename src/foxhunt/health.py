@@ -38,9 +38,7 @@ class HealthMonitor:
     collapse_run: int = 0
     events: list[HealthEvent] = field(default_factory=list)
 
-    def check_env_step(
-        self, obs: np.ndarray, rewards: np.ndarray, env_steps: int
-    ) -> None:
+    def check_env_step(self, obs: np.ndarray, rewards: np.ndarray, env_steps: int) -> None:
         """Raise on non-finite observations or rewards, naming the env step and env index."""
         bad_obs = ~np.isfinite(obs).reshape(obs.shape[0], -1).all(axis=1)
         bad_rew = ~np.isfinite(rewards)
@@ -84,18 +82,21 @@ class HealthMonitor:
                 "nonfinite_gradients",
                 f"non-finite loss or gradients: optimizer step skipped "
                 f"({consecutive_skips} in a row)",
-                env_steps, optimizer_steps,
+                env_steps,
+                optimizer_steps,
                 "stop" if consecutive_skips >= hp.max_consecutive_nonfinite else "warn",
                 detail=f"stopped after {consecutive_skips} consecutive non-finite steps "
                 f"(max_consecutive_nonfinite={hp.max_consecutive_nonfinite})",
             )
             return
         bound = self.q_bound
-        if math.isfinite(q_abs_max) and q_abs_max > bound or not math.isfinite(q_abs_max):
+        if (math.isfinite(q_abs_max) and q_abs_max > bound) or not math.isfinite(q_abs_max):
             self._fire(
                 "q_divergence",
                 f"Q divergence: max |Q| = {q_abs_max:.4g} exceeds bound {bound:.4g}",
-                env_steps, optimizer_steps, hp.q_divergence_policy,
+                env_steps,
+                optimizer_steps,
+                hp.q_divergence_policy,
             )
         if pre_clip_norm < hp.grad_collapse_threshold:
             self.collapse_run += 1
@@ -104,13 +105,20 @@ class HealthMonitor:
                     "gradient_collapse",
                     f"gradient collapse: pre-clip norm below {hp.grad_collapse_threshold:g} for "
                     f"{hp.grad_collapse_steps} optimizer steps",
-                    env_steps, optimizer_steps, hp.grad_collapse_policy,
+                    env_steps,
+                    optimizer_steps,
+                    hp.grad_collapse_policy,
                 )
         else:
             self.collapse_run = 0
 
     def _fire(
-        self, kind: str, message: str, env_steps: int, optimizer_steps: int, policy: str,
+        self,
+        kind: str,
+        message: str,
+        env_steps: int,
+        optimizer_steps: int,
+        policy: str,
         detail: str | None = None,
     ) -> None:
         self.events.append(HealthEvent(kind, env_steps, optimizer_steps, message))

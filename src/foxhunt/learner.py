@@ -105,12 +105,19 @@ def build_optimizer(params: list[nn.Parameter], hp: DQNHyperparameters) -> torch
         )
     if hp.optimizer == "sgd":
         return torch.optim.SGD(
-            params, lr=hp.learning_rate, momentum=hp.momentum, weight_decay=hp.weight_decay,
+            params,
+            lr=hp.learning_rate,
+            momentum=hp.momentum,
+            weight_decay=hp.weight_decay,
             foreach=True,
         )
     return torch.optim.RMSprop(
-        params, lr=hp.learning_rate, eps=hp.adam_eps, momentum=hp.momentum,
-        weight_decay=hp.weight_decay, foreach=True,
+        params,
+        lr=hp.learning_rate,
+        eps=hp.adam_eps,
+        momentum=hp.momentum,
+        weight_decay=hp.weight_decay,
+        foreach=True,
     )
 
 
@@ -141,7 +148,12 @@ class DQNAgent:
                 "regime_conditional must be false for an environment without regimes, got: true "
                 "(the environment reports no n_regimes)"
             )
-        self.online_net = QNetwork(self.obs_dim, self.n_actions, hp, n_regimes).to(self.device)
+        # Initialise from the run's seed without disturbing the global torch RNG: the same
+        # hyperparameters always give the same starting weights, in any process or rank.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(hp.seed)
+            net = QNetwork(self.obs_dim, self.n_actions, hp, n_regimes)
+        self.online_net = net.to(self.device)
         self.target_net = copy.deepcopy(self.online_net)
         self.target_net.requires_grad_(False)
         self.noise_generator = torch.Generator().manual_seed(hp.seed + 7919)
@@ -166,7 +178,7 @@ class DQNAgent:
             self._forward_net = torch.compile(self.online_net)  # type: ignore[assignment]
         self._ddp: nn.Module | None = None
 
-    # --- data parallel ----------------------------------------------------------------------
+    # --- data parallel
     def enable_data_parallel(self, **ddp_kwargs: Any) -> None:
         """Wrap the online net in DistributedDataParallel (call after init_process_group).
 
@@ -175,6 +187,9 @@ class DQNAgent:
         """
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        # Noise is drawn from identically seeded generators on every rank, so buffers need no
+        # broadcast on each forward.
+        ddp_kwargs.setdefault("broadcast_buffers", False)
         self._ddp = DDP(self.online_net, **ddp_kwargs)
         self._forward_net = self._ddp
 
@@ -188,12 +203,14 @@ class DQNAgent:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    # --- loss -----------------------------------------------------------------------------------
+    # --- loss
     def compute_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-sample loss, TD errors (priority signal) and Q(s, a) of the taken actions."""
         hp = self.hp
-        discounts = batch.discounts if batch.discounts is not None else torch.full_like(
-            batch.rewards, hp.gamma
+        discounts = (
+            batch.discounts
+            if batch.discounts is not None
+            else torch.full_like(batch.rewards, hp.gamma)
         )
         with self._autocast():
             out = self._forward_net(batch.obs)
@@ -203,7 +220,8 @@ class DQNAgent:
             next_target = self.target_net(batch.next_obs)
             if hp.double_q:
                 with self._autocast():
-                    next_online = self._forward_net(batch.next_obs)
+                    # The bare module, not the DDP wrapper: this pass needs no gradient sync.
+                    next_online = self.online_net(batch.next_obs)
                 next_actions = net.q_values(next_online).argmax(dim=1)
             else:
                 next_actions = net.q_values(next_target).argmax(dim=1)
@@ -230,7 +248,7 @@ class DQNAgent:
             q_taken = taken.detach().mean(dim=-1)
         return loss, td.detach(), q_taken
 
-    # --- the optimization step --------------------------------------------------------------------
+    # --- the optimization step
     def backward_micro_batch(
         self, batch: Batch, scale: float, *, sync: bool = True
     ) -> MicroBatchResult:
@@ -245,7 +263,10 @@ class DQNAgent:
             per_sample, td, q_taken = self.compute_loss(batch)
             weighted = per_sample if batch.weights is None else per_sample * batch.weights
             loss = weighted.mean()
-            scaled = loss * scale
+            # A non-finite loss can have finite gradients (Huber's gradient is bounded, so an
+            # infinite target still gives a finite step): turn it into NaN gradients so the
+            # window is skipped, on every data-parallel rank alike. Multiplying by 1.0 is exact.
+            scaled = loss * scale * torch.where(torch.isfinite(loss.detach()), 1.0, math.nan)
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
             scaled.backward()
@@ -317,7 +338,7 @@ class DQNAgent:
             torch._foreach_lerp_(target, online, tau)
         # Buffers (noise samples, the C51 support) are not synced: the target draws its own noise.
 
-    # --- acting ---------------------------------------------------------------------------------
+    # --- acting
     @torch.inference_mode()
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
         """argmax_a Q(obs, a) for a batch of observations."""

@@ -40,8 +40,8 @@ def categorical_projection(
 ) -> torch.Tensor:
     """Project ``r + g^k (1 - done) z`` onto the fixed support (Bellemare et al. 2017, Alg. 1).
 
-    Vectorised with two ``scatter_add_`` calls. Atoms landing exactly on a support point (``l == u``)
-    keep their whole mass there; atoms beyond the edges are clamped onto them.
+    Vectorised with two ``scatter_add_`` calls. Atoms landing exactly on a support point
+    (``l == u``) keep their whole mass there; atoms beyond the edges are clamped onto them.
     """
     n_atoms = support.shape[0]
     v_min, v_max = support[0], support[-1]
@@ -82,8 +82,10 @@ def quantile_huber_loss(
     tau = (torch.arange(n, device=quantiles.device, dtype=quantiles.dtype) + 0.5) / n
     u = target[:, None, :] - quantiles[:, :, None]  # [B, N, N']
     huber = F.huber_loss(
-        quantiles[:, :, None].expand_as(u), target[:, None, :].expand_as(u),
-        reduction="none", delta=kappa,
+        quantiles[:, :, None].expand_as(u),
+        target[:, None, :].expand_as(u),
+        reduction="none",
+        delta=kappa,
     )
     weight = (tau[None, :, None] - (u.detach() < 0).to(u.dtype)).abs()
     loss = (weight * huber / kappa).mean(dim=2).sum(dim=1)

@@ -32,7 +32,9 @@ class NoisyLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1.0 / math.sqrt(in_features)
-        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_mu = nn.Parameter(
+            torch.empty(out_features, in_features).uniform_(-bound, bound)
+        )
         self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
         self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
         self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
@@ -98,36 +100,35 @@ class QNetwork(nn.Module):
                 return NoisyLinear(width, out, hp.noisy_sigma0)
             return nn.Linear(width, out)
 
-        n_heads = max(1, self.n_regimes)
-        self.adv_heads = nn.ModuleList([head(n_actions * self.n_out) for _ in range(n_heads)])
-        self.value_heads = (
-            nn.ModuleList([head(self.n_out) for _ in range(n_heads)]) if self.dueling else None
-        )
+        # All regime heads live in one wide layer: one matmul instead of K small ones.
+        self.n_heads = max(1, self.n_regimes)
+        self.adv_head = head(self.n_heads * n_actions * self.n_out)
+        self.value_head = head(self.n_heads * self.n_out) if self.dueling else None
         if hp.distributional == "c51":
             self.register_buffer("support", torch.linspace(hp.v_min, hp.v_max, hp.n_atoms))
         else:
             self.support = None
 
-    def _head_out(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        b = h.shape[0]
-        adv = self.adv_heads[i](h).view(b, self.n_actions, self.n_out)
-        if self.value_heads is None:
-            return adv
-        value = self.value_heads[i](h).view(b, 1, self.n_out)
-        return value + adv - adv.mean(dim=1, keepdim=True)
+    def head_outputs(self, h: torch.Tensor) -> torch.Tensor:
+        """Every head's output ``[B, K, A, N]`` from torso features (dueling combined per head)."""
+        b, k = h.shape[0], self.n_heads
+        out = self.adv_head(h).view(b, k, self.n_actions, self.n_out)
+        if self.value_head is not None:
+            value = self.value_head(h).view(b, k, 1, self.n_out)
+            out = value + out - out.mean(dim=2, keepdim=True)
+        return out
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Raw head output: ``[B, A]`` (scalar) or ``[B, A, N]`` (C51 logits / quantiles)."""
         obs = obs.flatten(1).float() if obs.dim() > 2 else obs.float()
-        h = self.torso(obs)
+        out = self.head_outputs(self.torso(obs))
         if self.n_regimes == 0:
-            out = self._head_out(0, h)
+            out = out[:, 0]
         else:
             probs = obs[:, -self.n_regimes :]
             if not self.soft_gating:
-                probs = F.one_hot(probs.argmax(dim=1), self.n_regimes).to(h.dtype)
-            outs = torch.stack([self._head_out(i, h) for i in range(self.n_regimes)], dim=1)
-            out = (probs.to(outs.dtype)[:, :, None, None] * outs).sum(dim=1)
+                probs = F.one_hot(probs.argmax(dim=1), self.n_regimes)
+            out = (probs.to(out.dtype)[:, :, None, None] * out).sum(dim=1)
         return out.squeeze(-1) if self.n_out == 1 else out
 
     def q_values(self, out: torch.Tensor) -> torch.Tensor:
@@ -147,3 +148,22 @@ class QNetwork(nn.Module):
     @property
     def is_noisy(self) -> bool:
         return any(isinstance(m, NoisyLinear) for m in self.modules())
+
+
+class RegimeConditionalDQN(QNetwork):
+    """A :class:`QNetwork` with one head per market regime over a shared torso.
+
+    The regime estimate is read from the last ``n_regimes`` observation entries (TradingEnv puts
+    its causal regime probabilities there). Every other switch (dueling, C51/QR, noisy nets) stays
+    available through ``hp``.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        n_actions: int,
+        n_regimes: int,
+        hp: DQNHyperparameters | None = None,
+    ) -> None:
+        hp = (hp or DQNHyperparameters()).replace(regime_conditional=True)
+        super().__init__(obs_dim, n_actions, hp, n_regimes=n_regimes)

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from foxhunt._io import atomic_write_bytes, atomic_write_text
 from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
-from foxhunt.errors import ConfigError, FoxhuntError
 from foxhunt.envs.trading import TradingEnvConfig
+from foxhunt.errors import ConfigError, FoxhuntError
 
 PRESETS = ("default", "conservative", "rainbow", "cartpole", "trading")
 DEFAULT_TOTAL_STEPS = {"trading": 60_000, "gym": 50_000}
@@ -127,16 +127,20 @@ def build_spec(
     hp_over = {k: v for k, v in overrides.items() if "." not in k}
     for k in overrides:
         if "." in k and not k.startswith(("trading.", "market.")):
-            raise ConfigError(f"unknown setting {k!r} (use a hyperparameter name, trading.X or "
-                              f"market.X)")
+            raise ConfigError(
+                f"unknown setting {k!r} (use a hyperparameter name, trading.X or market.X)"
+            )
     if seed is not None:
         hp_over["seed"] = seed
     hp = preset(preset_name, **{**file_hp, **hp_over})
     market = {**(file_run.get("market") or {}), **market_over}
     if data is not None:
         market["data"] = data
-    steps = total_steps or file_run.get("total_env_steps") or DEFAULT_TOTAL_STEPS[
-        "trading" if trading else "gym"]
+    steps = (
+        total_steps
+        or file_run.get("total_env_steps")
+        or DEFAULT_TOTAL_STEPS["trading" if trading else "gym"]
+    )
     try:
         spec = RunSpec(
             env=env,
@@ -167,7 +171,7 @@ def load_spec(run_dir: Path) -> RunSpec:
         raise ConfigError(f"{path}: {msg}") from None
 
 
-# --- environments ---------------------------------------------------------------------------------
+# --- environments
 @dataclass
 class TradingSetup:
     """The market split into spans and the env factories built on it."""
@@ -227,7 +231,10 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
             f"window={config.window}"
         )
     market = prepare_market(
-        df, train_end=train_end, detector=m.detector, n_regimes=m.n_regimes,
+        df,
+        train_end=train_end,
+        detector=m.detector,
+        n_regimes=m.n_regimes,
         seed=spec.hyperparameters.seed,
     )
     return TradingSetup(market=market, train_end=train_end, val_end=val_end, config=config)
@@ -243,15 +250,16 @@ def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
     try:
         probe = gym.make(env_id)
     except gym.error.Error as err:
-        raise ConfigError(f"env must be a registered Gymnasium id, got: {env_id!r} "
-                          f"({str(err).splitlines()[0]})") from None
+        raise ConfigError(
+            f"env must be a registered Gymnasium id, got: {env_id!r} ({str(err).splitlines()[0]})"
+        ) from None
     probe.close()
     return env_id, env_id, None
 
 
-# --- the final model ----------------------------------------------------------------------------
+# --- the final model
 def save_model(run_dir: Path, agent: Any, spec: RunSpec) -> None:
-    """The greedy policy: online-net weights (safetensors) and what is needed to rebuild it (JSON)."""
+    """The greedy policy: online-net weights (safetensors) and what rebuilds it (JSON)."""
     from safetensors.torch import save as st_save
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in agent.online_net.state_dict().items()}
@@ -283,12 +291,15 @@ def load_model(run_dir: Path) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise FoxhuntError(f"{meta_path} is not valid JSON: {err}") from None
     if meta.get("format") != "foxhunt-model" or meta.get("format_version") != 1:
-        raise FoxhuntError(f"{meta_path}: unknown model format {meta.get('format')!r} "
-                           f"version {meta.get('format_version')!r}")
+        raise FoxhuntError(
+            f"{meta_path}: unknown model format {meta.get('format')!r} "
+            f"version {meta.get('format_version')!r}"
+        )
     hp = DQNHyperparameters(**{**meta["hyperparameters"], "device": "cpu", "compile": False})
     obs_space = gym.spaces.Box(-float("inf"), float("inf"), (int(meta["obs_dim"]),))
-    agent = DQNAgent(obs_space, gym.spaces.Discrete(int(meta["n_actions"])), hp,
-                     n_regimes=int(meta["n_regimes"]))
+    agent = DQNAgent(
+        obs_space, gym.spaces.Discrete(int(meta["n_actions"])), hp, n_regimes=int(meta["n_regimes"])
+    )
     try:
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as err:
@@ -298,8 +309,10 @@ def load_model(run_dir: Path) -> Any:
         if k not in state:
             raise FoxhuntError(f"{weights}: missing tensor {k!r}")
         if state[k].shape != v.shape or state[k].dtype != v.dtype:
-            raise FoxhuntError(f"{weights}: tensor {k!r} has shape {tuple(state[k].shape)} "
-                               f"{state[k].dtype}, expected {tuple(v.shape)} {v.dtype}")
+            raise FoxhuntError(
+                f"{weights}: tensor {k!r} has shape {tuple(state[k].shape)} "
+                f"{state[k].dtype}, expected {tuple(v.shape)} {v.dtype}"
+            )
     extra = set(state) - set(expected)
     if extra:
         raise FoxhuntError(f"{weights}: unexpected tensors {sorted(extra)}")

@@ -36,8 +36,9 @@ class TrainerCheckpointer:
 
 def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTrainer:
     train_env, eval_env, _ = make_envs(spec)
-    return DQNTrainer(spec.hyperparameters, train_env, eval_env=eval_env, run_dir=run_dir,
-                      progress=progress)
+    return DQNTrainer(
+        spec.hyperparameters, train_env, eval_env=eval_env, run_dir=run_dir, progress=progress
+    )
 
 
 def _finish(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -46,8 +47,9 @@ def _finish(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, summary: dict[str
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2, default=float))
 
 
-def _train_loop(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, total: int,
-                progress: bool) -> dict[str, Any]:
+def _train_loop(
+    trainer: DQNTrainer, spec: RunSpec, run_dir: Path, total: int, progress: bool
+) -> dict[str, Any]:
     from foxhunt.logging import print_summary
 
     try:
@@ -68,24 +70,38 @@ def _train_loop(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, total: int,
 
 def run_training(spec: RunSpec, run_dir: Path, *, progress: bool = True) -> dict[str, Any]:
     """Train a fresh run into ``run_dir`` (config, metrics, checkpoints, final model)."""
+    from foxhunt import distributed
     from foxhunt.logging import MetricLogger
 
-    trainer = _build_trainer(spec, run_dir, progress=progress)
+    info = distributed.current()
+    trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
+    if not info.is_main:  # data-parallel worker: trains in lockstep, writes nothing
+        try:
+            return trainer.learn(spec.total_env_steps)
+        finally:
+            trainer.close()
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
     trainer.logger = MetricLogger(run_dir)
     trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
     hp = spec.hyperparameters
-    log.info("training %s for %d env steps; effective batch size %d", spec.env or "trading",
-             spec.total_env_steps, hp.effective_batch_size)
+    log.info(
+        "training %s for %d env steps; effective batch size %d",
+        spec.env or "trading",
+        spec.total_env_steps,
+        hp.effective_batch_size,
+    )
     if progress:
-        print(f"foxhunt: run {run_dir} | effective batch size {hp.effective_batch_size} "
-              f"({hp.batch_size} x {hp.gradient_accumulation_steps})")
+        print(
+            f"foxhunt: run {run_dir} | effective batch size {hp.effective_batch_size} "
+            f"({hp.batch_size} x {hp.gradient_accumulation_steps})"
+        )
     return _train_loop(trainer, spec, run_dir, spec.total_env_steps, progress)
 
 
-def resume_training(run_dir: Path, *, total_steps: int | None = None,
-                    progress: bool = True) -> dict[str, Any]:
+def resume_training(
+    run_dir: Path, *, total_steps: int | None = None, progress: bool = True
+) -> dict[str, Any]:
     """Continue ``run_dir`` from its latest checkpoint, exactly as if it had never stopped."""
     from foxhunt.checkpoint import CheckpointManager
     from foxhunt.errors import CheckpointError
@@ -101,21 +117,23 @@ def resume_training(run_dir: Path, *, total_steps: int | None = None,
     restore_state(trainer, tensors, state)
     total = total_steps or trainer.total_env_steps or spec.total_env_steps
     if total <= trainer.env_steps:
-        raise FoxhuntError(f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
-                           f"steps, got: {total}")
+        raise FoxhuntError(
+            f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
+            f"steps, got: {total}"
+        )
     if total != spec.total_env_steps:
         spec = spec.model_copy(update={"total_env_steps": total})
         atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
-    trainer.logger = MetricLogger(run_dir, resume=True,
-                                  truncate_after_env_steps=trainer.env_steps)
+    trainer.logger = MetricLogger(run_dir, resume=True, truncate_after_env_steps=trainer.env_steps)
     trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
     if progress:
         print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
     return _train_loop(trainer, spec, run_dir, total, progress)
 
 
-def evaluate_run(run_dir: Path, *, data: str | None = None, split: str = "test",
-                 episodes: int = 10) -> dict[str, Any]:
+def evaluate_run(
+    run_dir: Path, *, data: str | None = None, split: str = "test", episodes: int = 10
+) -> dict[str, Any]:
     """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run."""
     spec = load_spec(run_dir)
     agent = load_model(run_dir)
@@ -133,15 +151,20 @@ def evaluate_run(run_dir: Path, *, data: str | None = None, split: str = "test",
                 total += float(r)
                 done = bool(term or trunc)
             returns.append(total)
-        out = {"env": spec.env, "episodes": episodes, "mean_return": float(np.mean(returns)),
-               "std_return": float(np.std(returns))}
+        out = {
+            "env": spec.env,
+            "episodes": episodes,
+            "mean_return": float(np.mean(returns)),
+            "std_return": float(np.std(returns)),
+        }
         atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
         return out
     return backtest_run(run_dir, spec, act, data=data, split=split)
 
 
-def backtest_run(run_dir: Path, spec: RunSpec, act: Any, *, data: str | None,
-                 split: str) -> dict[str, Any]:
+def backtest_run(
+    run_dir: Path, spec: RunSpec, act: Any, *, data: str | None, split: str
+) -> dict[str, Any]:
     """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle."""
     from foxhunt import backtest as bt
     from foxhunt.runs import build_trading

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from foxhunt import distributed
 from foxhunt.batch import split_sizes
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError
@@ -130,16 +131,24 @@ class DQNTrainer:
         act_space = self.envs.single_action_space
         self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
         self.device = self.agent.device
+        self.dist = distributed.current()
+        if self.dist.enabled:
+            # Each rank explores and samples differently; the model starts identical (DDP
+            # broadcasts rank 0's weights) and every rank applies the same averaged gradient.
+            self.agent.rng = np.random.default_rng([hp.seed, self.dist.rank, 104729])
+            ids = [self.dist.local_rank] if self.device.type == "cuda" else None
+            self.agent.enable_data_parallel(device_ids=ids)
         replay_device = self.device if hp.replay_on_device else torch.device("cpu")
         obs_shape = tuple(obs_space.shape)
         if hp.prioritized_replay:
             self.replay: ReplayBuffer = PrioritizedReplayBuffer(
                 hp.buffer_capacity, obs_shape, alpha=hp.per_alpha, eps=hp.per_eps,
-                device=replay_device, seed=hp.seed,
+                device=replay_device, seed=hp.seed + 7 * self.dist.rank,
             )
         else:
             self.replay = ReplayBuffer(
-                hp.buffer_capacity, obs_shape, device=replay_device, seed=hp.seed
+                hp.buffer_capacity, obs_shape, device=replay_device,
+                seed=hp.seed + 7 * self.dist.rank,
             )
         self._warn_memory()
         self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs)
@@ -168,7 +177,7 @@ class DQNTrainer:
         log.info("effective batch size %d (batch_size %d x gradient_accumulation_steps %d)",
                  hp.effective_batch_size, hp.batch_size, hp.gradient_accumulation_steps)
 
-    # --- schedules (environment steps) ---------------------------------------------------------
+    # --- schedules (environment steps)
     @property
     def epsilon(self) -> float:
         """Exploration rate now; always 0 with noisy nets (they explore by themselves)."""
@@ -202,7 +211,7 @@ class DQNTrainer:
             log.warning("replay buffer needs %.2f GB but only %.2f GB of memory is free",
                         need / 1e9, avail / 1e9)
 
-    # --- one optimizer step ----------------------------------------------------------------------
+    # --- one optimizer step
     def train_step(self) -> dict[str, float]:
         """Sample the effective batch once, accumulate its micro-batches, take one optimizer step.
 
@@ -211,7 +220,17 @@ class DQNTrainer:
         """
         hp, agent = self.hp, self.agent
         eff = hp.effective_batch_size
-        batch = self.replay.sample(eff, beta=self.beta).to(self.device, non_blocking=True)
+        if self.dist.enabled and isinstance(self.replay, PrioritizedReplayBuffer):
+            # Normalise IS weights by the maximum over every rank's batch, as one process
+            # sampling all of them would.
+            batch = self.replay.sample(eff, beta=self.beta, normalize=False)
+            batch = batch.to(self.device, non_blocking=True)
+            assert batch.weights is not None
+            w_max = batch.weights.max().clone()
+            torch.distributed.all_reduce(w_max, op=torch.distributed.ReduceOp.MAX)
+            batch = batch.with_weights(batch.weights / w_max)
+        else:
+            batch = self.replay.sample(eff, beta=self.beta).to(self.device, non_blocking=True)
         micro = batch.split(split_sizes(eff, hp.gradient_accumulation_steps))
         last = len(micro) - 1
         results = [
@@ -247,9 +266,9 @@ class DQNTrainer:
         )
         return metrics
 
-    # --- collection -------------------------------------------------------------------------------
+    # --- collection
     def _reset_envs(self) -> None:
-        obs, _ = self.envs.reset(seed=self.hp.seed)
+        obs, _ = self.envs.reset(seed=self.hp.seed + 100_003 * self.dist.rank)
         self._obs = np.asarray(obs, dtype=np.float32)
 
     def collect_step(self) -> None:
@@ -288,7 +307,7 @@ class DQNTrainer:
         self._obs = next_obs
         self.env_steps += hp.n_envs
 
-    # --- evaluation -------------------------------------------------------------------------------
+    # --- evaluation
     def evaluate(self, n_episodes: int | None = None, *, max_steps: int = 1_000_000) -> float:
         """Mean greedy return (noise off) over episodes with fixed seeds, so evals are comparable."""
         n = n_episodes or self.hp.eval_episodes
@@ -310,7 +329,7 @@ class DQNTrainer:
                 returns.append(total)
         return float(np.mean(returns))
 
-    # --- the loop ----------------------------------------------------------------------------------
+    # --- the loop
     def learn(self, total_env_steps: int, *, callback: Callable[[dict], Any] | None = None) -> dict:
         """Train until ``total_env_steps`` environment steps; returns a summary."""
         if not isinstance(total_env_steps, int) or total_env_steps <= 0:
@@ -426,7 +445,7 @@ class DQNTrainer:
 
         return ProgressDisplay(total)
 
-    # --- checkpoints (wired by foxhunt.checkpoint) ---------------------------------------------------
+    # --- checkpoints (wired by foxhunt.checkpoint)
     def save_checkpoint(self) -> Path | None:
         """Save a checkpoint if a checkpoint manager is attached (see :meth:`attach_checkpoints`)."""
         if self._checkpointer is None:
@@ -440,7 +459,7 @@ class DQNTrainer:
             self._eval_env.close()
 
 
-# --- exact resume ------------------------------------------------------------------------------------
+# --- exact resume
 def _encode_np_global() -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     return {"name": name, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),

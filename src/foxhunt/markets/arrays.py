@@ -18,7 +18,9 @@ class MarketArrays:
     timestamps: np.ndarray  # [T] datetime64[ns]
     close: np.ndarray  # [T] float64, strictly positive
     features: np.ndarray  # [T, F] float32, normalised with training-span statistics only
-    regime_probs: np.ndarray  # [T, K] float32, causal (filtered) regime probabilities, rows sum to 1
+    regime_probs: (
+        np.ndarray
+    )  # [T, K] float32, causal (filtered) regime probabilities, rows sum to 1
     feature_names: tuple[str, ...]
     regime_names: tuple[str, ...]
     true_regimes: np.ndarray | None = None  # [T] int64 ground truth (synthetic data only)

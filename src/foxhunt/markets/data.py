@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -191,9 +192,7 @@ def _epoch_unit(values: np.ndarray) -> str:
 
 def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeIndex:
     def fail_at(pos: int, why: str) -> DataError:
-        return DataError(
-            f"{label}: column {column!r} row {pos + 1}: {why} {_fmt(raw.iloc[pos])}"
-        )
+        return DataError(f"{label}: column {column!r} row {pos + 1}: {why} {_fmt(raw.iloc[pos])}")
 
     missing = raw.isna().to_numpy()
     if missing.any():
@@ -254,7 +253,7 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
     return parsed
 
 
-def _to_float(raw: pd.Series, label: str, column: str, where) -> np.ndarray:
+def _to_float(raw: pd.Series, label: str, column: str, where: Callable[[int], str]) -> np.ndarray:
     if pd.api.types.is_bool_dtype(raw.dtype):
         raise DataError(f"{label}: column {column!r} {where(0)}: non-numeric value {_fmt(True)}")
     if pd.api.types.is_numeric_dtype(raw.dtype):
@@ -368,7 +367,9 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     return out
 
 
-def _regime_column(raw: pd.Series, label: str, column: str, where) -> np.ndarray:
+def _regime_column(
+    raw: pd.Series, label: str, column: str, where: Callable[[int], str]
+) -> np.ndarray:
     arr = _to_float(raw.reset_index(drop=True), label, column, where)
     bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
     if bad.any():
@@ -398,9 +399,7 @@ def _check_fraction(name: str, value: float, *, allow_zero: bool) -> float:
     return float(value)
 
 
-def split_chronological(
-    df: pd.DataFrame, train: float = 0.7, validation: float = 0.15
-) -> Splits:
+def split_chronological(df: pd.DataFrame, train: float = 0.7, validation: float = 0.15) -> Splits:
     """Split rows in time order: the first ``train`` fraction, then ``validation``, then the rest.
 
     Sizes are ``floor(n * train)`` and ``floor(n * (train + validation)) - floor(n * train)``, so

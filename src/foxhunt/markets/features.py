@@ -95,7 +95,9 @@ def compute_features(
     """
     horizons = tuple(_check_window("return horizon", h) for h in return_horizons)
     if not horizons or len(set(horizons)) != len(horizons):
-        raise ConfigError(f"return_horizons must be non-empty and distinct, got {return_horizons!r}")
+        raise ConfigError(
+            f"return_horizons must be non-empty and distinct, got {return_horizons!r}"
+        )
     vol_window = _check_window("vol_window", vol_window, low=2)
     volume_window = _check_window("volume_window", volume_window, low=2)
     missing = [c for c in ("open", "high", "low", "close", "volume") if c not in df.columns]

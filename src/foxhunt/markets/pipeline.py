@@ -22,7 +22,7 @@ __all__ = ["DETECTORS", "default_market", "make_detector", "prepare_market"]
 
 # "oracle" one-hot encodes the true `regime` column (synthetic data only): an upper bound for
 # ablations, not a detector. "none" gives a single constant regime: the no-regime ablation.
-DETECTORS: tuple[str, ...] = ("hmm", "vol_trend", "oracle", "none")
+DETECTORS: tuple[str, ...] = ("hmm", "volatility_trend", "oracle", "none")
 
 
 def default_market(seed: int = 0) -> pd.DataFrame:
@@ -31,12 +31,12 @@ def default_market(seed: int = 0) -> pd.DataFrame:
 
 
 def make_detector(name: str, n_regimes: int = 4, *, seed: int = 0) -> RegimeDetector:
-    """Build an unfitted detector by name (``"hmm"`` or ``"vol_trend"``)."""
+    """Build an unfitted detector by name (``"hmm"`` or ``"volatility_trend"``)."""
     if name == "hmm":
         return GaussianHMMDetector(n_regimes, seed=seed)
-    if name == "vol_trend":
+    if name == "volatility_trend":
         return VolatilityTrendDetector(n_regimes)
-    raise ConfigError(f"detector must be one of 'hmm', 'vol_trend', got {name!r}")
+    raise ConfigError(f"detector must be one of 'hmm', 'volatility_trend', got {name!r}")
 
 
 def _oracle_probs(df: pd.DataFrame, n_regimes: int) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -66,8 +66,8 @@ def prepare_market(
 
     ``df`` is validated with :func:`load_ohlcv` (a synthetic ``regime`` column becomes
     ``true_regimes``). Features are normalised with statistics of rows ``[:train_end]``; the
-    detector (``"hmm"``, ``"vol_trend"``, ``"oracle"`` or ``"none"``) is fitted on the same rows
-    and filtered over all rows. Warm-up rows have zero features (see ``features.py``).
+    detector (``"hmm"``, ``"volatility_trend"``, ``"oracle"`` or ``"none"``) is fitted on the
+    same rows and filtered over all rows. Warm-up rows have zero features (see ``features.py``).
     """
     if detector not in DETECTORS:
         raise ConfigError(

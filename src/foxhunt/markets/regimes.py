@@ -58,7 +58,9 @@ class RegimeDetector(Protocol):
 
 def _close(df: pd.DataFrame) -> np.ndarray:
     if "close" not in df.columns:
-        raise DataError(f"<DataFrame>: missing column close (found: {', '.join(map(str, df.columns))})")
+        raise DataError(
+            f"<DataFrame>: missing column close (found: {', '.join(map(str, df.columns))})"
+        )
     return df["close"].to_numpy(dtype=np.float64)
 
 
@@ -261,7 +263,11 @@ class GaussianHMMDetector:
         self.vol_window = _int_at_least("vol_window", vol_window, 1)
         self.n_restarts = _int_at_least("n_restarts", n_restarts, 1)
         self.max_iter = _int_at_least("max_iter", max_iter, 1)
-        for name, value in (("tol", tol), ("min_variance", min_variance), ("clip_sigma", clip_sigma)):
+        for name, value in (
+            ("tol", tol),
+            ("min_variance", min_variance),
+            ("clip_sigma", clip_sigma),
+        ):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{name} must be a number > 0, got {value!r}")
         if not (isinstance(sticky_init, int | float) and 0 < sticky_init < 1):
@@ -325,14 +331,17 @@ class GaussianHMMDetector:
         self.feature_mean_ = x_raw.mean(axis=0)
         std = x_raw.std(axis=0)
         self.feature_std_ = np.where(std > 1e-12, std, 1.0)
-        x = np.clip((x_raw - self.feature_mean_) / self.feature_std_, -self.clip_sigma, self.clip_sigma)
+        x = np.clip(
+            (x_raw - self.feature_mean_) / self.feature_std_, -self.clip_sigma, self.clip_sigma
+        )
 
         means, variances, trans, start = self._initialise(x)
         history: list[np.ndarray] = []
         prev_ll = np.full(self.n_restarts, -np.inf)
         converged = False
         n_iter = 0
-        for n_iter in range(1, self.max_iter + 1):  # noqa: B007 - n_iter is reported below
+        while n_iter < self.max_iter:
+            n_iter += 1
             ll, gamma, xi_sum = self._e_step(x, means, variances, trans, start)
             history.append(ll)
             means, variances, trans, start = self._m_step(x, gamma, xi_sum, means, variances, trans)
@@ -417,9 +426,10 @@ class GaussianHMMDetector:
         beta[-1] = 1.0
         trans_t = np.swapaxes(trans, 1, 2)
         for t in range(n - 2, -1, -1):
-            beta[t] = np.matmul((b[t + 1] * beta[t + 1])[:, None, :], trans_t)[:, 0, :] / scale[
-                t + 1
-            ][:, None]
+            beta[t] = (
+                np.matmul((b[t + 1] * beta[t + 1])[:, None, :], trans_t)[:, 0, :]
+                / scale[t + 1][:, None]
+            )
         gamma = alpha * beta
         gamma /= gamma.sum(axis=2, keepdims=True)
         # xi_sum[r, i, j] = sum_t alpha_t(i) A_ij b_{t+1}(j) beta_{t+1}(j) / c_{t+1}

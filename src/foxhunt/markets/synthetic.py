@@ -93,7 +93,12 @@ def _sticky_matrix(durations: tuple[float, ...], exits: tuple[tuple[float, ...],
 # often end in turbulence and turbulence often resolves into bear or sideways markets.
 DEFAULT_TRANSITION: tuple[tuple[float, ...], ...] = _sticky_matrix(
     (150.0, 80.0, 100.0, 50.0),
-    ((0.0, 0.30, 0.45, 0.25), (0.30, 0.0, 0.35, 0.35), (0.45, 0.30, 0.0, 0.25), (0.30, 0.40, 0.30, 0.0)),
+    (
+        (0.0, 0.30, 0.45, 0.25),
+        (0.30, 0.0, 0.35, 0.35),
+        (0.45, 0.30, 0.0, 0.25),
+        (0.30, 0.40, 0.30, 0.0),
+    ),
 )
 
 
@@ -116,7 +121,9 @@ class SyntheticMarketConfig:
     def __post_init__(self) -> None:
         regimes = tuple(self.regimes)
         if len(regimes) < 1 or not all(isinstance(r, RegimeSpec) for r in regimes):
-            raise ConfigError(f"regimes must be a non-empty sequence of RegimeSpec, got {regimes!r}")
+            raise ConfigError(
+                f"regimes must be a non-empty sequence of RegimeSpec, got {regimes!r}"
+            )
         names = [r.name for r in regimes]
         if len(set(names)) != len(names):
             raise ConfigError(f"regime names must be unique, got {names}")
@@ -124,9 +131,13 @@ class SyntheticMarketConfig:
         try:
             matrix = np.array(self.transition, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ConfigError(f"transition must be a {k}x{k} matrix, got {self.transition!r}") from None
+            raise ConfigError(
+                f"transition must be a {k}x{k} matrix, got {self.transition!r}"
+            ) from None
         if matrix.shape != (k, k):
-            raise ConfigError(f"transition must be {k}x{k} for {k} regimes, got shape {matrix.shape}")
+            raise ConfigError(
+                f"transition must be {k}x{k} for {k} regimes, got shape {matrix.shape}"
+            )
         if not np.all(np.isfinite(matrix)) or np.any(matrix < 0):
             raise ConfigError(f"transition entries must be finite and >= 0, got {matrix.tolist()}")
         sums = matrix.sum(axis=1)
@@ -140,8 +151,10 @@ class SyntheticMarketConfig:
                 raise ConfigError(f"{attr} must be an integer >= {low}, got {value!r}")
         for attr in ("start_price", "base_volume"):
             value = getattr(self, attr)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                math.isfinite(value) and value > 0
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value > 0)
             ):
                 raise ConfigError(f"{attr} must be a finite number > 0, got {value!r}")
         if not (isinstance(self.volume_noise, int | float) and 0 <= self.volume_noise < 5):
@@ -151,7 +164,9 @@ class SyntheticMarketConfig:
             or not isinstance(self.initial_regime, int)
             or not 0 <= self.initial_regime < k
         ):
-            raise ConfigError(f"initial_regime must be None or in [0, {k}), got {self.initial_regime!r}")
+            raise ConfigError(
+                f"initial_regime must be None or in [0, {k}), got {self.initial_regime!r}"
+            )
         try:
             pd.Timestamp(self.start)
         except (ValueError, TypeError):
@@ -159,9 +174,13 @@ class SyntheticMarketConfig:
         try:
             pd.tseries.frequencies.to_offset(self.freq)
         except (ValueError, TypeError):
-            raise ConfigError(f"freq must be a pandas offset alias such as '1D', got {self.freq!r}") from None
+            raise ConfigError(
+                f"freq must be a pandas offset alias such as '1D', got {self.freq!r}"
+            ) from None
         object.__setattr__(self, "regimes", regimes)
-        object.__setattr__(self, "transition", tuple(tuple(float(x) for x in row) for row in matrix))
+        object.__setattr__(
+            self, "transition", tuple(tuple(float(x) for x in row) for row in matrix)
+        )
         matrix.setflags(write=False)
         object.__setattr__(self, "_matrix", matrix)
 
@@ -298,7 +317,8 @@ def write_synthetic_csv(
     """Generate a market and write it atomically as CSV (gzip if the name ends in ``.csv.gz``).
 
     Columns: ``timestamp, open, high, low, close, volume, regime``; floats are written as the
-    shortest text that round-trips, so :func:`foxhunt.markets.data.load_ohlcv` reads back the identical values.
+    shortest text that round-trips, so :func:`foxhunt.markets.data.load_ohlcv` reads back the
+    identical values.
     """
     target = Path(path)
     name = target.name.lower()

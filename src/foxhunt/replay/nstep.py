@@ -45,13 +45,18 @@ class NStepAccumulator:
         """Feed one vector step (``next_obs`` must be the true final obs at episode ends)."""
         if self.n == 1:  # fast path: nothing to accumulate
             return Transitions(
-                obs, actions.astype(np.int64), rewards.astype(np.float32), next_obs,
-                terminated.astype(np.float32), np.full(len(actions), self.gamma, np.float32),
+                obs,
+                actions.astype(np.int64),
+                rewards.astype(np.float32),
+                next_obs,
+                terminated.astype(np.float32),
+                np.full(len(actions), self.gamma, np.float32),
             )
         out: list[tuple[np.ndarray, int, float, np.ndarray, float, float]] = []
         for i in range(self.n_envs):
             q = self.queues[i]
-            q.append((obs[i], int(actions[i]), float(rewards[i])))
+            # Copy: vector envs may reuse their observation array between steps.
+            q.append((np.array(obs[i], copy=True), int(actions[i]), float(rewards[i])))
             ended = bool(terminated[i] or truncated[i])
             if len(q) == self.n or ended:
                 while q:
@@ -66,13 +71,21 @@ class NStepAccumulator:
         if not out:
             shape = obs.shape[1:]
             return Transitions(
-                np.zeros((0, *shape), obs.dtype), np.zeros(0, np.int64), np.zeros(0, np.float32),
-                np.zeros((0, *shape), obs.dtype), np.zeros(0, np.float32), np.zeros(0, np.float32),
+                np.zeros((0, *shape), obs.dtype),
+                np.zeros(0, np.int64),
+                np.zeros(0, np.float32),
+                np.zeros((0, *shape), obs.dtype),
+                np.zeros(0, np.float32),
+                np.zeros(0, np.float32),
             )
         o, a, r, no, d, g = zip(*out, strict=True)
         return Transitions(
-            np.stack(o), np.asarray(a, np.int64), np.asarray(r, np.float32), np.stack(no),
-            np.asarray(d, np.float32), np.asarray(g, np.float32),
+            np.stack(o),
+            np.asarray(a, np.int64),
+            np.asarray(r, np.float32),
+            np.stack(no),
+            np.asarray(d, np.float32),
+            np.asarray(g, np.float32),
         )
 
     # --- checkpointing ------------------------------------------------------------------------

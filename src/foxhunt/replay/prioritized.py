@@ -44,15 +44,20 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree.update(slots, np.full(len(slots), self.max_priority**self.alpha))
         return slots
 
-    def sample(self, batch_size: int, beta: float | None = 0.4) -> Batch:
-        """Draw a stratified prioritized batch with importance weights normalised over it."""
+    def sample(self, batch_size: int, beta: float | None = 0.4, *, normalize: bool = True) -> Batch:
+        """Draw a stratified prioritized batch with importance weights normalised over it.
+
+        ``normalize=False`` returns raw weights, for a caller that normalises over a larger batch
+        (data-parallel ranks all-reduce the maximum first).
+        """
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         beta = 0.4 if beta is None else float(beta)
         slots = self.tree.sample_stratified(batch_size, self.rng, self.size)
         probs = self.tree.get(slots) / self.tree.total
         weights = (self.size * probs) ** (-beta)
-        weights /= weights.max()
+        if normalize:
+            weights /= weights.max()
         w = torch.as_tensor(weights, dtype=torch.float32).to(self.device)
         return self._gather(slots, w)
 

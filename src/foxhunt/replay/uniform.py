@@ -40,6 +40,9 @@ class ReplayBuffer:
         self.discounts = torch.zeros(capacity, dtype=torch.float32, **kw)
         self.pos = 0
         self.size = 0
+        self._np_views = (
+            [t.numpy() for t in self._storage().values()] if self.device.type == "cpu" else []
+        )
 
     def __len__(self) -> int:
         return self.size
@@ -73,17 +76,16 @@ class ReplayBuffer:
         if k == 0:
             return np.zeros(0, dtype=np.int64)
         slots = (self.pos + np.arange(k)) % self.capacity
-        idx = torch.from_numpy(slots).to(self.device)
-        for name, value in (
-            ("obs", obs),
-            ("next_obs", next_obs),
-            ("actions", actions),
-            ("rewards", rewards),
-            ("dones", dones),
-            ("discounts", discounts),
-        ):
-            dst = self._storage()[name]
-            dst[idx] = torch.as_tensor(np.asarray(value), dtype=dst.dtype).to(self.device)
+        values = (obs, next_obs, actions, rewards, dones, discounts)
+        if self.device.type == "cpu":
+            # CPU storage: write through NumPy views of the tensors (no per-field tensor copies).
+            for dst, value in zip(self._np_views, values, strict=True):
+                dst[slots] = value
+        else:
+            idx = torch.from_numpy(slots).to(self.device)
+            for dst, value in zip(self._storage().values(), values, strict=True):
+                src = torch.as_tensor(np.asarray(value)).to(self.device, dst.dtype)
+                dst[idx] = src
         self.pos = int((self.pos + k) % self.capacity)
         self.size = int(min(self.size + k, self.capacity))
         return slots
@@ -127,8 +129,10 @@ class ReplayBuffer:
         for k, v in self._storage().items():
             src = tensors[f"replay.{k}"]
             if src.shape[0] != n or tuple(src.shape[1:]) != tuple(v.shape[1:]):
-                raise ValueError(f"replay.{k} has shape {tuple(src.shape)}, expected {n} rows "
-                                 f"of {tuple(v.shape[1:])}")
+                raise ValueError(
+                    f"replay.{k} has shape {tuple(src.shape)}, expected {n} rows "
+                    f"of {tuple(v.shape[1:])}"
+                )
             v[:n] = src.to(v.device, v.dtype)
         self.pos, self.size = int(state["pos"]), n
         self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,243 @@
+"""Gradient accumulation: time per sample and peak memory of n micro-batches of b vs one batch.
+
+Each configuration runs foxhunt's real path (``DQNTrainer.train_step``: sample the effective batch
+from replay, split it, one backward per micro-batch, one optimizer step) in a FRESH subprocess, so
+no allocator cache or earlier peak leaks between configurations. In that process the network,
+Adam state (materialised by a zero-gradient step) and a full replay are built first; then the
+peak-RSS high-water mark is reset (``/proc/self/clear_refs``; ``ru_maxrss`` is the fallback) and
+the peak over the training steps is taken relative to the RSS at that moment. The network (obs 512,
+hidden 1024 x 4, batch 1024) is sized so that activations outweigh parameters and gradients; it is
+smaller than a GPU-sized example so that a step takes about a second on one core.
+
+Compared side by side: one batch of b (the reference), n micro-batches of b (accumulation) and
+one batch of n*b (the same effective batch without accumulation), for each n.
+
+Run: ``python benchmarks/accumulation_memory.py [--smoke] [--out FILE.json]``
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as C
+
+C.ensure_foxhunt_importable()
+
+
+def _rss_kib() -> int:
+    """Current resident set size (KiB)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark to the current RSS (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_kib() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # KiB on Linux
+
+
+def worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Run one configuration in this (fresh) process and report its time and peak memory."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    torch.set_num_threads(1)
+    obs_dim, n_actions, b, n = cfg["obs_dim"], cfg["n_actions"], cfg["batch"], cfg["n_micro"]
+    capacity = cfg["replay_rows"]
+
+    class RandomObsEnv(gym.Env):
+        """Only its spaces matter: the benchmark never steps it."""
+
+        observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        action_space = gym.spaces.Discrete(n_actions)
+
+    hp = DQNHyperparameters(
+        batch_size=b,
+        gradient_accumulation_steps=n,
+        hidden_sizes=tuple(cfg["hidden"]),
+        buffer_capacity=capacity,
+        learning_starts=capacity,
+        learning_rate=1e-4,
+        max_grad_norm=10.0,
+        device="cpu",
+        torch_threads=1,
+        eval_interval=0,
+        seed=0,
+    )
+    trainer = DQNTrainer(hp, RandomObsEnv)
+    rng = np.random.default_rng(0)
+    chunk = 4096  # fill in chunks so the setup peak stays small
+    for start in range(0, capacity, chunk):
+        k = min(chunk, capacity - start)
+        trainer.replay.add(
+            rng.standard_normal((k, obs_dim), dtype=np.float32),
+            rng.integers(0, n_actions, size=k),
+            rng.standard_normal(k).astype(np.float32),
+            rng.standard_normal((k, obs_dim), dtype=np.float32),
+            (rng.random(k) < 0.05).astype(np.float32),
+            np.full(k, 0.99, np.float32),
+        )
+    agent = trainer.agent
+    for p in agent.params:  # materialise Adam's state (zero gradients leave weights unchanged)
+        p.grad = torch.zeros_like(p)
+    agent.optimizer.step()
+    agent.zero_grad()
+    gc.collect()
+    reset_ok = _reset_peak()
+    base_rss = _rss_kib()
+    base_peak = _peak_kib()
+    times = []
+    for i in range(cfg["steps"] + 1):
+        t0 = time.perf_counter()
+        trainer.train_step()
+        if i > 0:  # the first step is a warm-up (lazy init); its peak still counts
+            times.append(time.perf_counter() - t0)
+    peak = _peak_kib()
+    n_params = sum(p.numel() for p in agent.params)
+    return {
+        "batch": b,
+        "n_micro": n,
+        "effective_batch": b * n,
+        "label": cfg["label"],
+        "s_per_step": float(np.median(times)),
+        "us_per_sample": float(np.median(times)) / (b * n) * 1e6,
+        "peak_delta_mib": (peak - (base_rss if reset_ok else base_peak)) / 1024,
+        "baseline_rss_mib": base_rss / 1024,
+        "peak_method": "clear_refs+ru_maxrss" if reset_ok else "ru_maxrss delta over baseline peak",
+        "params": n_params,
+        "param_mib": n_params * 4 / 2**20,
+        "sampled_batch_obs_mib": 2 * b * n * obs_dim * 4 / 2**20,
+    }
+
+
+def run_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(C.REPO_ROOT / "src"), str(C.BENCH_DIR), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(cfg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker for {cfg['label']} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = C.parser(__doc__.splitlines()[0])
+    p.add_argument("--worker", default=None, help=argparse_hidden())
+    args = p.parse_args(argv)
+    if args.worker is not None:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return {}
+    if args.smoke:
+        net = dict(obs_dim=32, n_actions=4, hidden=[64, 64], batch=32, steps=1)
+        ns = [2]
+    else:
+        net = dict(obs_dim=512, n_actions=4, hidden=[1024] * 4, batch=1024, steps=2)
+        ns = [4, 8]
+    b = net["batch"]
+    rows = b * max(ns)  # identical replay in every configuration
+    cfgs = [{**net, "n_micro": 1, "replay_rows": rows, "label": f"1 x {b}"}]
+    for n in ns:
+        cfgs.append({**net, "n_micro": n, "replay_rows": rows, "label": f"{n} x {b}"})
+        cfgs.append(
+            {**net, "batch": b * n, "n_micro": 1, "replay_rows": rows, "label": f"1 x {b * n}"}
+        )
+    results = []
+    for cfg in cfgs:
+        r = run_config(cfg)
+        print(
+            f"{r['label']:>10s}: {r['us_per_sample']:.1f} us/sample, "
+            f"peak +{r['peak_delta_mib']:.1f} MiB",
+            flush=True,
+        )
+        results.append(r)
+    ref = results[0]
+    ratios: dict[str, float] = {}
+    table_rows = []
+    for r in results:
+        mem = r["peak_delta_mib"] / ref["peak_delta_mib"]
+        r["peak_ratio_vs_1xb"] = mem
+        r["time_per_sample_ratio_vs_1xb"] = r["us_per_sample"] / ref["us_per_sample"]
+        table_rows.append(
+            [
+                r["label"],
+                r["effective_batch"],
+                r["us_per_sample"],
+                r["peak_delta_mib"],
+                mem,
+                r["time_per_sample_ratio_vs_1xb"],
+            ]
+        )
+    for n in ns:
+        acc = next(r for r in results if r["n_micro"] == n)
+        big = next(r for r in results if r["n_micro"] == 1 and r["effective_batch"] == b * n)
+        ratios[f"peak_{n}x{b}_vs_1x{b}"] = acc["peak_ratio_vs_1xb"]
+        ratios[f"peak_1x{b * n}_vs_1x{b}"] = big["peak_ratio_vs_1xb"]
+        ratios[f"peak_{n}x{b}_vs_1x{b * n}"] = acc["peak_delta_mib"] / big["peak_delta_mib"]
+        t_ratio = acc["us_per_sample"] / big["us_per_sample"]
+        ratios[f"time_per_sample_{n}x{b}_vs_1x{b * n}"] = t_ratio
+        ratios[f"time_per_sample_{n}x{b}_vs_1x{b}"] = acc["time_per_sample_ratio_vs_1xb"]
+    table = C.md_table(
+        [
+            "config (n x b)",
+            "effective batch",
+            "us / sample",
+            "peak MiB over baseline",
+            "peak / (1 x b)",
+            "time per sample / (1 x b)",
+        ],
+        table_rows,
+    )
+    config = {
+        "network": f"MLP {net['obs_dim']}-{'-'.join(map(str, net['hidden']))}-{net['n_actions']} "
+        "(ReLU), double DQN, Huber, Adam, clip 10",
+        "path": "DQNTrainer.train_step (replay sampling included)",
+        "timed_steps_per_config": net["steps"],
+        "replay_rows": rows,
+        "torch_threads": 1,
+        "peak_memory": "fresh subprocess per configuration; peak RSS over the training steps "
+        "minus RSS after model + Adam state + replay were built",
+    }
+    notes = (
+        "The sampled effective batch (obs + next_obs for n*b rows) lives through the whole "
+        "window, so it is part of the accumulation peak (sampled_batch_obs_mib is its size)."
+    )
+    return C.finish("accumulation_memory", args, config, results, ratios, notes, table)
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Data-parallel training with PyTorch's own engine (``torchrun`` + DistributedDataParallel).
+
+Run ``torchrun --nproc_per_node N -m foxhunt.cli train ...``: each rank collects with its own
+environments (seeded ``seed + rank``) into its own replay, samples its own effective batch, and
+DDP averages gradients once per optimizer step (all micro-batches but the last run under
+``no_sync``). With equal per-rank batches the step equals one step over all ranks' samples.
+Only rank 0 writes the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in the job."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_from_env(device_type: str = "cpu") -> DistInfo:
+    """Join the process group torchrun describes in the environment (no-op for one process)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo()
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" and torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+    if device_type == "cuda" and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
+
+
+def current() -> DistInfo:
+    """The running job's DistInfo (single process when no group is initialised)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return DistInfo()
+    return DistInfo(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+    )

@@ -1,0 +1,396 @@
+"""Hyperparameter search with Optuna: a search space, an objective, and a shared-storage study.
+
+Scaling out is Optuna's job, not ours: every process (or machine) that runs the same command with
+the same ``storage`` URL joins one study, and the TPE sampler (with the constant liar, so running
+trials are not re-proposed) coordinates them through that storage. A study remembers the task it
+was created for, so a worker started with a different environment, step budget or base
+configuration is refused instead of silently mixing incomparable trials.
+
+Each trial trains a fresh :class:`~foxhunt.trainer.DQNTrainer` with its own seed (derived from the
+run's seed and the trial number, so a trial is reproducible alone), reports every evaluation to the
+median pruner, and returns the final greedy evaluation. ``best_config.yaml`` holds the exact
+configuration of the best trial, seed included, so ``foxhunt train --config`` reproduces it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+
+from foxhunt._io import atomic_write_text
+from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
+from foxhunt.runs import RunSpec, make_envs
+from foxhunt.trainer import DQNTrainer
+
+log = logging.getLogger("foxhunt.hyperopt")
+
+GAMMAS = (0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9999)
+"""Discount choices (rl-baselines3-zoo's list): a grid, because returns depend on 1 - gamma."""
+TARGET_UPDATE_INTERVALS = (1, 10, 100, 500, 1_000, 5_000)
+"""Optimizer steps between target syncs."""
+TRAIN_FREQS = (1, 4, 8, 16, 64, 256)
+"""Environment steps between training rounds."""
+N_STEPS = (1, 3, 5)
+"""Multi-step return lengths."""
+ACCUMULATION_STEPS = (1, 2, 4)
+"""Micro-batches per optimizer step."""
+
+# Hyperparameters that change where or how fast a trial runs, never what it learns: workers on
+# different machines may differ in these and still share one study.
+_SYSTEM_FIELDS = frozenset(
+    {
+        "device",
+        "torch_threads",
+        "vector_env",
+        "compile",
+        "replay_on_device",
+        "log_interval",
+        "checkpoint_interval",
+        "keep_checkpoints",
+    }
+)
+
+_ATTR_HP = "hyperparameters"
+_ATTR_SEED = "seed"
+_ATTR_REASON = "pruned_reason"
+_ATTR_TASK = "foxhunt_task"
+
+
+# --- search space
+def search_space(trial: optuna.Trial, base: DQNHyperparameters) -> dict[str, Any]:
+    """Suggest hyperparameters around ``base``; returns the fields to change on it.
+
+    The space is built so every sample validates against ``base``: ``learning_starts`` and
+    ``buffer_capacity`` are raised to the effective batch when it outgrows them. Batch sizes and
+    network widths are searched at half, equal and double the base values, because the base
+    encodes what fits the user's memory and problem size. ``gradient_steps`` follows
+    ``train_freq`` at the base's updates-per-env-step ratio, so every trial costs about the same
+    compute and ``train_freq`` only decides how bursty the updates are.
+    """
+    b = base.batch_size
+    batch_choices = sorted({max(1, b // 2), b, 2 * b})
+    widest = max(base.hidden_sizes)
+    width_choices = sorted({max(1, widest // 2), widest, 2 * widest})
+
+    params: dict[str, Any] = {
+        "learning_rate": trial.suggest_float("learning_rate", 1e-5, 1e-2, log=True),
+        "batch_size": trial.suggest_categorical("batch_size", batch_choices),
+        "gradient_accumulation_steps": trial.suggest_categorical(
+            "gradient_accumulation_steps", list(ACCUMULATION_STEPS)
+        ),
+        "gamma": trial.suggest_categorical("gamma", list(GAMMAS)),
+        "target_update_interval": trial.suggest_categorical(
+            "target_update_interval", list(TARGET_UPDATE_INTERVALS)
+        ),
+        "max_grad_norm": trial.suggest_float("max_grad_norm", 0.1, 100.0, log=True),
+        "n_step": trial.suggest_categorical("n_step", list(N_STEPS)),
+        "dueling": trial.suggest_categorical("dueling", [False, True]),
+        "prioritized_replay": trial.suggest_categorical("prioritized_replay", [False, True]),
+    }
+    if not base.noisy_nets:  # noisy nets explore by themselves; epsilon is 0 throughout
+        params["exploration_fraction"] = trial.suggest_float("exploration_fraction", 0.05, 0.5)
+
+    train_freq = trial.suggest_categorical("train_freq", list(TRAIN_FREQS))
+    ratio = base.gradient_steps / base.train_freq
+    params["train_freq"] = train_freq
+    params["gradient_steps"] = max(1, round(train_freq * ratio))
+
+    width = trial.suggest_categorical("hidden_width", width_choices)
+    scale = width / widest
+    params["hidden_sizes"] = tuple(max(1, round(h * scale)) for h in base.hidden_sizes)
+
+    eff = params["batch_size"] * params["gradient_accumulation_steps"]
+    params["learning_starts"] = max(base.learning_starts, eff)
+    params["buffer_capacity"] = max(base.buffer_capacity, eff)
+    return params
+
+
+def trial_seed(run_seed: int, trial_number: int) -> int:
+    """An independent, reproducible seed per trial (NumPy SeedSequence of run seed and number)."""
+    state = np.random.SeedSequence([run_seed, trial_number]).generate_state(1)[0]
+    return int(state) & 0x7FFF_FFFF
+
+
+def _prune(trial: optuna.Trial, reason: str) -> optuna.TrialPruned:
+    """Record why (shown in trials.csv) and build the exception that ends the trial."""
+    reason = " ".join(reason.split())
+    trial.set_user_attr(_ATTR_REASON, reason)
+    log.info("trial %d pruned: %s", trial.number, reason)
+    return optuna.TrialPruned(reason)
+
+
+# --- objective
+def objective(
+    trial: optuna.Trial, spec: RunSpec, *, envs: tuple[Any, Any, Any] | None = None
+) -> float:
+    """Train one sampled configuration for ``spec.total_env_steps``; return its greedy return.
+
+    ``envs`` (the output of :func:`foxhunt.runs.make_envs`) may be passed to reuse one market
+    preparation across trials; it is deterministic given the spec, so reuse changes nothing.
+    Invalid samples, runs in which no update could happen, health-monitor halts and non-finite
+    results are pruned with the reason in the ``pruned_reason`` user attribute: pruned rather
+    than failed so the sampler learns to avoid those regions.
+    """
+    base = spec.hyperparameters
+    seed = trial_seed(base.seed, trial.number)
+    trial.set_user_attr(_ATTR_SEED, seed)
+    try:
+        hp = base.replace(**search_space(trial, base), seed=seed)
+    except ConfigError as err:
+        raise _prune(trial, f"invalid configuration: {err}") from None
+    trial.set_user_attr(_ATTR_HP, hp.to_dict())
+    if hp.learning_starts >= spec.total_env_steps:
+        raise _prune(
+            trial,
+            f"learning_starts {hp.learning_starts} >= total_env_steps "
+            f"{spec.total_env_steps}: no optimizer step would run",
+        )
+
+    train_env, eval_env, _ = envs if envs is not None else make_envs(spec)
+    trainer = DQNTrainer(hp, train_env, eval_env=eval_env)
+
+    def report(row: dict[str, Any]) -> None:
+        value = row.get("eval_return")
+        if value is None:
+            return
+        step = int(row["env_steps"])
+        if not math.isfinite(value):
+            raise _prune(trial, f"non-finite evaluation return {value} at env step {step}")
+        trial.report(float(value), step)
+        if trial.should_prune():
+            raise _prune(trial, f"pruner stopped it at env step {step} (eval return {value:.6g})")
+
+    try:
+        trainer.learn(spec.total_env_steps, callback=report)
+        value = trainer.evaluate()
+    except TrainingHalted as err:
+        raise _prune(trial, f"training halted: {err}") from None
+    finally:
+        trainer.close()
+    if not math.isfinite(value):
+        raise _prune(trial, f"non-finite final evaluation return {value}")
+    return value
+
+
+# --- storage and study
+def _redact(url: str) -> str:
+    """The URL without its password, for messages and summaries."""
+    import sqlalchemy.exc
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        return url
+
+
+def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | None:
+    """Resolve a storage URL: ``journal:PATH`` (a journal file, NFS-safe locking), ``redis://``
+    (journal on Redis) or any SQLAlchemy URL (``sqlite:///study.db``, ``postgresql://...``)."""
+    if storage is None:
+        return None
+    if not isinstance(storage, str) or not storage.strip():
+        raise ConfigError(f"storage must be an Optuna storage URL, got: {storage!r}")
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
+
+    try:
+        if storage.startswith("journal:"):
+            path = storage[len("journal:") :]
+            path = path[2:] if path.startswith("//") else path
+            if not path:
+                raise ValueError("journal storage needs a file path (journal:PATH)")
+            return JournalStorage(JournalFileBackend(path))
+        if storage.startswith(("redis://", "rediss://")):
+            return JournalStorage(JournalRedisBackend(storage))
+    except (OSError, ImportError, ValueError) as err:
+        raise ConfigError(
+            f"storage cannot be opened, got: {storage!r} ({_first_line(err)})"
+        ) from None
+    return storage  # an RDB URL: optuna.create_study builds (and validates) it
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _task(spec: RunSpec) -> dict[str, Any]:
+    """What makes two trials comparable: the environment, budget and non-system hyperparameters."""
+    data = spec.model_dump(mode="json")
+    data["hyperparameters"] = {
+        k: v for k, v in data["hyperparameters"].items() if k not in _SYSTEM_FIELDS
+    }
+    return data
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _diff(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}={vb!r} (study has {va!r})")
+    return out
+
+
+def _open_study(
+    spec: RunSpec, storage: str | None, study_name: str, sampler_seed: int | None
+) -> optuna.Study:
+    import sqlalchemy.exc
+
+    resolved = open_storage(storage)
+    sampler = optuna.samplers.TPESampler(seed=sampler_seed, multivariate=True, constant_liar=True)
+    # Trials are judged only after 20 % of their budget, when learning has had a chance to start.
+    pruner = optuna.pruners.MedianPruner(
+        n_startup_trials=5, n_warmup_steps=spec.total_env_steps // 5
+    )
+    shown = _redact(storage) if storage is not None else None
+    try:
+        study = optuna.create_study(
+            storage=resolved,
+            sampler=sampler,
+            pruner=pruner,
+            study_name=study_name,
+            direction="maximize",
+            load_if_exists=True,
+        )
+        stored = study.user_attrs.get(_ATTR_TASK)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as err:
+        raise ConfigError(
+            f"storage cannot be opened, got: {shown!r} ({_first_line(err)})"
+        ) from None
+    if study.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise ConfigError(
+            f"study_name {study_name!r} in storage {shown!r} minimizes, got it for "
+            f"foxhunt, which maximizes the evaluation return"
+        )
+    task = _task(spec)
+    if stored is None:
+        study.set_user_attr(_ATTR_TASK, task)
+    elif stored != task:
+        diffs = _diff(stored, task)
+        raise ConfigError(
+            f"study_name {study_name!r} in storage {shown!r} was created for "
+            f"another run, got: {'; '.join(diffs[:3])} (use another --study-name)"
+        )
+    return study
+
+
+# --- results
+def _trials_csv(study: optuna.Study) -> str:
+    """One row per trial: state, value, seed, duration, why it was pruned or failed, and params."""
+    trials = study.get_trials(deepcopy=False)
+    names = sorted({n for t in trials for n in t.params})
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(
+        ["number", "state", "value", "seed", "duration_s", "reason", *(f"param_{n}" for n in names)]
+    )
+    for t in trials:
+        reason = t.user_attrs.get(_ATTR_REASON) or t.system_attrs.get("fail_reason") or ""
+        duration = t.duration.total_seconds() if t.duration is not None else None
+        w.writerow(
+            [
+                t.number,
+                t.state.name,
+                "" if t.value is None else repr(t.value),
+                t.user_attrs.get(_ATTR_SEED, ""),
+                "" if duration is None else f"{duration:.3f}",
+                " ".join(str(reason).split()),
+                *("" if t.params.get(n) is None else t.params[n] for n in names),
+            ]
+        )
+    return buf.getvalue()
+
+
+def _best_config_yaml(
+    spec: RunSpec,
+    hp: DQNHyperparameters,
+    study: optuna.Study,
+    trial: optuna.trial.FrozenTrial,
+    n_complete: int,
+) -> str:
+    best_spec = spec.model_copy(update={"hyperparameters": hp})
+    header = (
+        f"# foxhunt hyperopt: best of {n_complete} complete trials in study "
+        f"{study.study_name!r}: trial {trial.number}, final greedy evaluation return "
+        f"{trial.value:.6g}\n"
+        f"# Reproduce or reuse it: foxhunt train --config best_config.yaml\n"
+    )
+    return header + best_spec.to_yaml()
+
+
+def run_hyperopt(
+    spec: RunSpec,
+    *,
+    n_trials: int,
+    storage: str | None = None,
+    study_name: str = "foxhunt",
+    run_dir: str | Path | None = None,
+    sampler_seed: int | None = None,
+) -> dict[str, Any]:
+    """Run ``n_trials`` trials in this process against the (possibly shared) study.
+
+    With ``storage`` every process that runs the same call joins one study (that is how search
+    scales out); ``n_trials`` counts this process's trials. Give each process its own
+    ``sampler_seed`` (or none), or their first, random trials coincide. The summary and
+    ``best_config.yaml`` describe the best trial of the whole study. Files in ``run_dir``
+    (``best_config.yaml``, ``trials.csv``) are written atomically.
+    """
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials <= 0:
+        raise ConfigError(f"n_trials must be a positive integer, got: {n_trials!r}")
+    if not isinstance(study_name, str) or not study_name.strip():
+        raise ConfigError(f"study_name must be a non-empty string, got: {study_name!r}")
+    out_dir = Path(run_dir) if run_dir is not None else None
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"run_dir must be a directory, got a file: {out_dir}")
+
+    envs = make_envs(spec)  # validates the environment / market before any trial starts
+    study = _open_study(spec, storage, study_name, sampler_seed)
+    study.optimize(lambda t: objective(t, spec, envs=envs), n_trials=n_trials)
+
+    trials = study.get_trials(deepcopy=False)
+    states = Counter(t.state.name for t in trials)
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    files: dict[str, str] = {}
+    if out_dir is not None:
+        atomic_write_text(out_dir / "trials.csv", _trials_csv(study))
+        files["trials"] = str(out_dir / "trials.csv")
+    if not complete:
+        reasons = Counter(t.user_attrs.get(_ATTR_REASON, "failed") for t in trials)
+        common = reasons.most_common(1)[0][0] if reasons else "no trials"
+        raise FoxhuntError(
+            f"no trial completed in study {study_name!r} ({len(trials)} trials; "
+            f"most common reason: {common})"
+        )
+    best = study.best_trial
+    best_hp = DQNHyperparameters(**best.user_attrs[_ATTR_HP])
+    if out_dir is not None:
+        text = _best_config_yaml(spec, best_hp, study, best, len(complete))
+        atomic_write_text(out_dir / "best_config.yaml", text)
+        files["best_config"] = str(out_dir / "best_config.yaml")
+    summary: dict[str, Any] = {
+        "study_name": study_name,
+        "storage": _redact(storage) if storage is not None else None,
+        "trials": len(trials),
+        "complete": states.get("COMPLETE", 0),
+        "pruned": states.get("PRUNED", 0),
+        "failed": states.get("FAIL", 0),
+        "best_trial": best.number,
+        "best_value": best.value,
+        "best_params": dict(best.params),
+        "best_hyperparameters": best_hp.to_dict(),
+        "files": files,
+    }
+    return summary

@@ -1,0 +1,171 @@
+"""The benchmark scripts run end to end in smoke mode (peer included) and write well-formed JSON.
+
+Only the output format and the arithmetic of the reported ratios are checked, never a timing: the
+numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+TOP_KEYS = {"benchmark", "command", "smoke", "machine", "config", "results", "ratios", "notes"}
+
+
+def _run(name: str, tmp_path: Path) -> dict[str, Any]:
+    module = importlib.import_module(name)
+    out = tmp_path / f"{name}.json"
+    returned = module.main(["--smoke", "--out", str(out)])
+    written = json.loads(out.read_text())
+    assert written == json.loads(json.dumps(returned))  # the file holds exactly what was reported
+    assert set(written) == TOP_KEYS
+    assert written["benchmark"] == name
+    assert written["smoke"] is True
+    assert written["command"] == f"python benchmarks/{name}.py --smoke"
+    machine = written["machine"]
+    assert machine["cpu_model"] and machine["logical_cores"] >= 1 and machine["torch_threads"] >= 1
+    assert machine["torch"]
+    assert written["results"] and isinstance(written["results"], list)
+    ratios = written["ratios"]
+    assert ratios
+    for key, value in ratios.items():
+        assert isinstance(value, float) and math.isfinite(value) and value > 0, (key, value)
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temp file behind
+    return written
+
+
+def _positive(d: dict[str, float]) -> None:
+    for k, v in d.items():
+        assert isinstance(v, float) and math.isfinite(v) and v > 0, (k, v)
+
+
+def test_learner_throughput_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    out = _run("learner_throughput", tmp_path)
+    assert [r["batch_size"] for r in out["results"]] == [64, 256]
+    for r in out["results"]:
+        med = r["updates_per_s_median"]
+        assert set(med) == {"foxhunt", "foxhunt_double_q", "sb3", "torch_minimal"}
+        _positive(med)
+        for name, reps in r["updates_per_s_reps"].items():
+            assert len(reps) == r["reps"] == 2
+            assert med[name] == pytest.approx(sorted(reps)[0] / 2 + sorted(reps)[1] / 2)
+        assert r["ratio_foxhunt_vs_sb3"] == pytest.approx(med["foxhunt"] / med["sb3"])
+        assert out["ratios"][f"foxhunt_vs_sb3_updates_per_s_b{r['batch_size']}"] == pytest.approx(
+            r["ratio_foxhunt_vs_sb3"]
+        )
+
+
+def test_cartpole_time_to_solve_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    out = _run("cartpole_time_to_solve", tmp_path)
+    by_impl = {r["impl"]: r for r in out["results"]}
+    assert set(by_impl) == {"foxhunt", "sb3"}
+    budget = out["config"]["max_env_steps"]
+    for r in by_impl.values():
+        assert r["seeds"] == 1 and len(r["runs"]) == 1
+        run = r["runs"][0]
+        assert run["wall_s_to_solve"] > 0 and run["optimizer_steps"] > 0
+        assert 0 < run["env_steps_to_solve"] <= budget
+        assert run["censored"] is (not run["solved"])
+        # Both sides are evaluated on the same schedule, every eval_every env steps.
+        every = out["config"]["eval_every_env_steps"]
+        steps = [s for s, _ in run["evals"]]
+        assert steps and all(s % every == 0 for s in steps)
+        assert steps == sorted(steps)
+    ratio = out["ratios"]["foxhunt_vs_sb3_wall_time_to_solve"]
+    assert ratio == pytest.approx(
+        by_impl["foxhunt"]["median_wall_s_to_solve"] / by_impl["sb3"]["median_wall_s_to_solve"]
+    )
+
+
+def test_clipping_overhead_smoke(tmp_path: Path) -> None:
+    out = _run("clipping_overhead", tmp_path)
+    for r in out["results"]:
+        med = r["ms_per_step_median"]
+        assert set(med) == {"no_clip", "torch_clip", "foxhunt_clip", "foxhunt_no_clip", "two_pass"}
+        _positive(med)
+        assert r["ratio_vs_no_clip"]["no_clip"] == pytest.approx(1.0)
+        assert r["ratio_vs_no_clip"]["two_pass"] == pytest.approx(med["two_pass"] / med["no_clip"])
+        # max_grad_norm is far below any gradient norm: foxhunt must have clipped every step.
+        assert r["foxhunt_clip_rate"] == 1.0
+
+
+def test_accumulation_memory_smoke(tmp_path: Path) -> None:
+    out = _run("accumulation_memory", tmp_path)
+    labels = [r["label"] for r in out["results"]]
+    assert labels == ["1 x 32", "2 x 32", "1 x 64"]
+    for r in out["results"]:
+        assert r["effective_batch"] == r["batch"] * r["n_micro"]
+        assert r["peak_delta_mib"] > 0 and r["us_per_sample"] > 0 and r["baseline_rss_mib"] > 0
+        # obs + next_obs of the sampled effective batch: 2 * rows * 32 floats.
+        assert r["sampled_batch_obs_mib"] == pytest.approx(
+            2 * r["effective_batch"] * 32 * 4 / 2**20
+        )
+    ref = out["results"][0]
+    assert ref["peak_ratio_vs_1xb"] == pytest.approx(1.0)
+    acc = out["results"][1]
+    assert out["ratios"]["peak_2x32_vs_1x32"] == pytest.approx(
+        acc["peak_delta_mib"] / ref["peak_delta_mib"]
+    )
+
+
+def test_collection_throughput_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    out = _run("collection_throughput", tmp_path)
+    assert [r["n_envs"] for r in out["results"]] == [1, 4]
+    for r in out["results"]:
+        med = r["env_steps_per_s_median"]
+        assert set(med) == {"foxhunt", "sb3", "env_only_gym_vector", "env_only_sb3_dummyvecenv"}
+        _positive(med)
+        assert r["env_steps_per_rep"] % r["n_envs"] == 0
+        assert r["ratio_foxhunt_vs_sb3"] == pytest.approx(med["foxhunt"] / med["sb3"])
+
+
+def test_interleaved_rotates_the_starting_contender() -> None:
+    import _common
+
+    calls: list[str] = []
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        def fn() -> float:
+            calls.append(name)
+            return float(len(calls))
+
+        return fn
+
+    out = _common.interleaved({"a": make("a"), "b": make("b"), "c": make("c")}, reps=3)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert out == {"a": [1.0, 6.0, 8.0], "b": [2.0, 4.0, 9.0], "c": [3.0, 5.0, 7.0]}
+    assert _common.per_rep_ratios([2.0, 9.0], [1.0, 3.0]) == [2.0, 3.0]
+
+
+def test_write_json_is_atomic_and_replaces(tmp_path: Path) -> None:
+    import _common
+
+    path = tmp_path / "sub" / "r.json"
+    _common.write_json(path, {"x": 1})
+    _common.write_json(path, {"x": 2, "y": [1.5]})
+    assert json.loads(path.read_text()) == {"x": 2, "y": [1.5]}
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]
+    with pytest.raises(TypeError):
+        _common.write_json(path, {"bad": object()})
+    assert json.loads(path.read_text()) == {"x": 2, "y": [1.5]}  # the old file survives
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]
+
+
+def test_md_table_formats_rows() -> None:
+    import _common
+
+    table = _common.md_table(["a", "b"], [[1, 0.123456], ["x", 12345.6]])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 0.123 |", "| x | 12346 |"]

@@ -1,0 +1,300 @@
+"""Hyperparameter search: the space always validates, trials train and report, studies share
+storage, the best configuration reproduces its trial, and bad inputs are one-line ConfigErrors.
+
+Trials are CartPole-v1 runs of 600 environment steps with 8-32 unit networks (about a second each).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+
+from foxhunt import hyperopt
+from foxhunt.cli import main
+from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import ConfigError, FoxhuntError
+from foxhunt.hyperopt import objective, run_hyperopt, search_space, trial_seed
+from foxhunt.runs import RunSpec, build_spec, make_envs
+from foxhunt.trainer import DQNTrainer
+
+torch.set_num_threads(1)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+TINY = {
+    "hidden_sizes": [16],
+    "batch_size": 16,
+    "learning_starts": 64,
+    "buffer_capacity": 1000,
+    "train_freq": 4,
+    "gradient_steps": 1,
+    "eval_interval": 200,
+    "eval_episodes": 2,
+    "log_interval": 100,
+    "device": "cpu",
+}
+STEPS = 600
+
+
+def tiny_spec(total_steps: int = STEPS, **overrides: Any) -> RunSpec:
+    return build_spec(env="CartPole-v1", overrides={**TINY, **overrides}, total_steps=total_steps)
+
+
+def read_trials(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+# --- the search space -----------------------------------------------------------------------------
+BASES = {
+    "tiny": DQNHyperparameters(**{**TINY, "hidden_sizes": (16,)}),
+    "default": DQNHyperparameters(),
+    "cartpole": DQNHyperparameters.cartpole(),
+    "rainbow": DQNHyperparameters.rainbow(),
+    "trading": DQNHyperparameters.trading(),
+    # Everything as small as validation allows: the space must raise what the batch outgrows.
+    "tight": DQNHyperparameters(
+        batch_size=1,
+        buffer_capacity=1,
+        learning_starts=1,
+        hidden_sizes=(1, 3),
+        train_freq=1,
+        gradient_steps=1,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BASES))
+def test_every_sampled_config_validates(name: str) -> None:
+    base = BASES[name]
+    study = optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.TPESampler(seed=0, multivariate=True)
+    )
+    seen_batches, seen_freqs = set(), set()
+    for k in range(50):
+        trial = study.ask()
+        params = search_space(trial, base)
+        hp = base.replace(**params)  # raises ConfigError if the space produced an invalid config
+        eff = hp.batch_size * hp.gradient_accumulation_steps
+        assert hp.learning_starts >= eff and hp.buffer_capacity >= eff
+        assert hp.learning_starts >= base.learning_starts
+        assert hp.batch_size in {max(1, base.batch_size // 2), base.batch_size, 2 * base.batch_size}
+        assert hp.gradient_accumulation_steps in (1, 2, 4)
+        assert len(hp.hidden_sizes) == len(base.hidden_sizes)
+        assert 1e-5 <= hp.learning_rate <= 1e-2
+        seen_batches.add(hp.batch_size)
+        seen_freqs.add(hp.train_freq)
+        # Tell a value so TPE leaves its random start-up phase and models the space.
+        study.tell(trial, -abs(math.log10(hp.learning_rate) + 3.0) + k * 1e-6)
+    assert len(seen_batches) > 1 and len(seen_freqs) > 1
+    if base.noisy_nets:  # epsilon is unused with noisy nets, so it is not searched
+        assert all("exploration_fraction" not in t.params for t in study.trials)
+
+
+def test_search_space_derived_fields_by_hand() -> None:
+    """Fixed samples on a known base, checked against values worked out by hand."""
+    base = DQNHyperparameters(
+        hidden_sizes=(256, 128),
+        batch_size=64,
+        learning_starts=100,
+        buffer_capacity=200,
+        train_freq=256,
+        gradient_steps=128,
+    )
+    fixed = {
+        "learning_rate": 3e-4,
+        "batch_size": 64,
+        "gradient_accumulation_steps": 4,
+        "gamma": 0.98,
+        "target_update_interval": 10,
+        "max_grad_norm": 1.0,
+        "n_step": 3,
+        "dueling": True,
+        "prioritized_replay": False,
+        "exploration_fraction": 0.2,
+        "train_freq": 8,
+        "hidden_width": 512,
+    }
+    p = search_space(optuna.trial.FixedTrial(fixed), base)
+    # effective batch 64 * 4 = 256 > learning_starts 100 and > buffer_capacity 200: both raised
+    assert p["learning_starts"] == 256 and p["buffer_capacity"] == 256
+    # widest layer 256 -> 512 doubles every layer, keeping the base's shape
+    assert p["hidden_sizes"] == (512, 256)
+    # base does 128 updates per 256 env steps = 0.5 per step: train_freq 8 -> 4 gradient steps
+    assert p["gradient_steps"] == 4 and p["train_freq"] == 8
+    hp = base.replace(**p)
+    assert hp.gamma == 0.98 and hp.dueling and hp.n_step == 3
+    # train_freq 1 would need 0.5 updates per round: never below one
+    p1 = search_space(optuna.trial.FixedTrial({**fixed, "train_freq": 1}), base)
+    assert p1["gradient_steps"] == 1
+
+
+def test_trial_seeds_are_reproducible_and_distinct() -> None:
+    seeds = [trial_seed(7, n) for n in range(200)]
+    assert seeds == [trial_seed(7, n) for n in range(200)]
+    assert len(set(seeds)) == 200
+    assert trial_seed(0, 1) != trial_seed(1, 0)
+    assert all(0 <= s < 2**31 for s in seeds)
+
+
+# --- the objective --------------------------------------------------------------------------------
+def test_objective_reports_each_evaluation_and_returns_final_eval() -> None:
+    spec = tiny_spec()
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=1))
+    study.optimize(lambda t: objective(t, spec), n_trials=1)
+    (t,) = study.trials
+    assert t.state == optuna.trial.TrialState.COMPLETE
+    assert sorted(t.intermediate_values) == [200, 400, 600]  # eval_interval 200 of 600 steps
+    assert all(math.isfinite(v) for v in t.intermediate_values.values())
+    assert t.user_attrs["seed"] == trial_seed(spec.hyperparameters.seed, 0)
+    assert DQNHyperparameters(**t.user_attrs["hyperparameters"]).seed == t.user_attrs["seed"]
+    # CartPole pays 1 per step and every episode lasts at least 8 steps
+    assert 8.0 <= t.value <= 500.0
+
+
+def test_pruner_stops_a_trial_at_its_first_report() -> None:
+    spec = tiny_spec()
+    # A threshold nobody reaches: the trial must stop at the first evaluation (env step 200).
+    study = optuna.create_study(
+        direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=1e9)
+    )
+    study.optimize(lambda t: objective(t, spec), n_trials=1)
+    (t,) = study.trials
+    assert t.state == optuna.trial.TrialState.PRUNED
+    assert list(t.intermediate_values) == [200]
+    assert "env step 200" in t.user_attrs["pruned_reason"]
+
+
+def test_health_monitor_halt_prunes_with_reason() -> None:
+    # |Q| of any untrained network exceeds 1e-9, so the first optimizer step halts training.
+    spec = tiny_spec(q_divergence_bound=1e-9, q_divergence_policy="stop")
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: objective(t, spec), n_trials=1)
+    (t,) = study.trials
+    assert t.state == optuna.trial.TrialState.PRUNED
+    assert t.user_attrs["pruned_reason"].startswith("training halted:")
+
+
+def test_invalid_sample_is_pruned_not_crashed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hyperopt, "search_space", lambda trial, base: {"batch_size": 0})
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: objective(t, tiny_spec()), n_trials=1)
+    (t,) = study.trials
+    assert t.state == optuna.trial.TrialState.PRUNED
+    assert "batch_size must be greater than 0, got: 0" in t.user_attrs["pruned_reason"]
+
+
+def test_no_completed_trial_is_an_error_naming_the_reason(tmp_path: Path) -> None:
+    # learning_starts 64 >= 50 total steps: no update could run, every trial is pruned.
+    with pytest.raises(FoxhuntError, match=r"no trial completed.*no optimizer step would run"):
+        run_hyperopt(tiny_spec(total_steps=50), n_trials=2, run_dir=tmp_path)
+    rows = read_trials(tmp_path / "trials.csv")
+    assert [r["state"] for r in rows] == ["PRUNED", "PRUNED"]
+    assert not (tmp_path / "best_config.yaml").exists()
+
+
+# --- the study ------------------------------------------------------------------------------------
+def test_study_writes_files_and_best_config_reproduces_the_trial(tmp_path: Path) -> None:
+    spec = tiny_spec()
+    out = run_hyperopt(spec, n_trials=2, run_dir=tmp_path / "hpo", sampler_seed=3)
+    assert out["trials"] == 2 and out["complete"] + out["pruned"] + out["failed"] == 2
+    json.dumps(out)  # the CLI prints it
+    rows = read_trials(tmp_path / "hpo" / "trials.csv")
+    assert [int(r["number"]) for r in rows] == [0, 1]
+    complete = [r for r in rows if r["state"] == "COMPLETE"]
+    assert out["best_value"] == max(float(r["value"]) for r in complete)
+    assert {int(r["seed"]) for r in rows} == {trial_seed(0, 0), trial_seed(0, 1)}
+    assert "param_learning_rate" in rows[0] and "param_hidden_width" in rows[0]
+
+    # best_config.yaml is a full run spec that `foxhunt train --config` accepts ...
+    best = build_spec(config_file=str(tmp_path / "hpo" / "best_config.yaml"))
+    assert best.env == "CartPole-v1" and best.total_env_steps == STEPS
+    assert best.hyperparameters == DQNHyperparameters(**out["best_hyperparameters"])
+    assert best.hyperparameters.seed == trial_seed(0, out["best_trial"])
+    # ... and training it again gives exactly the trial's score (same seed, same everything).
+    train_env, eval_env, _ = make_envs(best)
+    trainer = DQNTrainer(best.hyperparameters, train_env, eval_env=eval_env)
+    trainer.learn(best.total_env_steps)
+    assert trainer.evaluate() == out["best_value"]
+    trainer.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_shared_storage_accumulates_trials(tmp_path: Path, kind: str) -> None:
+    storage = (
+        f"sqlite:///{tmp_path}/study.db" if kind == "sqlite" else f"journal:{tmp_path}/study.log"
+    )
+    spec = tiny_spec()
+    first = run_hyperopt(spec, n_trials=1, storage=storage, study_name="shared", sampler_seed=1)
+    second = run_hyperopt(spec, n_trials=1, storage=storage, study_name="shared", sampler_seed=2)
+    assert first["trials"] == 1 and second["trials"] == 2
+    assert second["storage"] == storage
+    stored = optuna.load_study(study_name="shared", storage=hyperopt.open_storage(storage))
+    assert [t.number for t in stored.trials] == [0, 1]
+    assert second["best_value"] == max(t.value for t in stored.trials if t.value is not None)
+    # A worker with another task must not join the study.
+    with pytest.raises(ConfigError, match=r"total_env_steps=700 \(study has 600\)"):
+        run_hyperopt(tiny_spec(total_steps=700), n_trials=1, storage=storage, study_name="shared")
+    # ... but one on another device may (device is a system setting, not part of the task).
+    assert hyperopt._task(tiny_spec(device="auto")) == hyperopt._task(spec)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "notaurl",
+        "nosuchdialect://host/db",
+        "sqlite:////nonexistent-foxhunt-dir/study.db",
+        "journal:/nonexistent-foxhunt-dir/study.log",
+        "postgresql://user:s3cret@localhost:1/db",
+        "",
+    ],
+)
+def test_bad_storage_is_a_one_line_config_error(url: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        run_hyperopt(tiny_spec(), n_trials=1, storage=url)
+    msg = str(info.value)
+    assert "\n" not in msg and "storage" in msg
+    assert "s3cret" not in msg  # passwords are never echoed
+    assert url.split("//")[-1].split("@")[-1][:10] in msg  # the value is named
+
+
+def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="n_trials must be a positive integer, got: 0"):
+        run_hyperopt(tiny_spec(), n_trials=0)
+    with pytest.raises(ConfigError, match="run_dir must be a directory"):
+        run_hyperopt(tiny_spec(), n_trials=1, run_dir=tmp_path / "file")
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+def test_cli_hyperopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "hpo"
+    sets = [f"{k}={json.dumps(v)}" for k, v in {**TINY, "hidden_sizes": [32]}.items()]
+    argv = [
+        "hyperopt",
+        "--env",
+        "CartPole-v1",
+        "--trials",
+        "2",
+        "--total-steps",
+        str(STEPS),
+        "--run-dir",
+        str(run_dir),
+    ]
+    for s in sets:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trials"] == 2 and out["best_hyperparameters"]["hidden_sizes"][0] in (16, 32, 64)
+    assert (run_dir / "best_config.yaml").is_file() and (run_dir / "trials.csv").is_file()
+
+    assert main([*argv, "--storage", "notaurl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("foxhunt: error: storage") and "notaurl" in err and "\n" not in err

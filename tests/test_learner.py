@@ -1,0 +1,364 @@
+"""The optimization step: one backward per micro-batch, single-pass clipping, one optimizer and
+scheduler step per window, non-finite skips, target sync and LR schedules in optimizer steps."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from foxhunt.errors import ConfigError
+from foxhunt.learner import DQNAgent
+from foxhunt.trainer import DQNTrainer
+
+
+def _flat(ts) -> torch.Tensor:
+    return torch.cat([t.detach().reshape(-1).double() for t in ts])
+
+
+def _snapshot(agent: DQNAgent) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in agent.params]
+
+
+class BackwardCounter:
+    """Counts backward passes: one gradient hook per parameter plus a wrap of autograd.backward."""
+
+    def __init__(self, agent: DQNAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.per_param = [0] * len(agent.params)
+        self.calls = 0
+        for i, p in enumerate(agent.params):
+            p.register_hook(self._hook(i))
+        original = torch.autograd.backward
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(torch.autograd, "backward", counting)
+
+    def _hook(self, i: int):  # type: ignore[no-untyped-def]
+        def hook(grad: torch.Tensor) -> None:
+            self.per_param[i] += 1
+
+        return hook
+
+
+# --- backward passes and clipping ---------------------------------------------------------------
+@pytest.mark.parametrize("n_micro", [1, 3, 4])
+def test_one_backward_per_micro_batch_even_when_clipping(
+    n_micro: int, hp_factory, agent_factory, batch_factory, monkeypatch
+) -> None:
+    hp = hp_factory(max_grad_norm=1e-3, dueling=True, batch_size=16,
+                    gradient_accumulation_steps=n_micro)
+    agent = agent_factory(hp)
+    counter = BackwardCounter(agent, monkeypatch)
+    batch = batch_factory(16 * n_micro)
+    for mb in batch.split([16] * n_micro):
+        agent.backward_only(mb, 1 / n_micro)
+    assert counter.calls == n_micro
+    assert counter.per_param == [n_micro] * len(agent.params)
+    stats = agent.optimizer_step()
+    assert stats.clipped
+    assert counter.calls == n_micro  # no backward inside optimizer_step
+    assert counter.per_param == [n_micro] * len(agent.params)
+
+
+def test_clipping_fires_norms_and_applied_update(hp_factory, agent_factory, batch_factory) -> None:
+    max_norm = 0.01
+    hp = hp_factory(optimizer="sgd", learning_rate=1.0, momentum=0.0, max_grad_norm=max_norm)
+    agent = agent_factory(hp)
+    for mb in batch_factory(128, reward_scale=5.0).split([64, 64]):
+        agent.backward_only(mb, 0.5)
+    grads = [p.grad.detach().clone() for p in agent.params]
+    pre = torch.linalg.vector_norm(_flat(grads)).item()
+    assert pre > 5 * max_norm
+    before = _snapshot(agent)
+    stats = agent.optimizer_step()
+    assert stats.pre_clip_norm == pytest.approx(pre, rel=1e-5)
+    assert stats.clipped
+    assert stats.post_clip_norm == pytest.approx(max_norm, rel=1e-5)
+    # With SGD, lr = 1 and no momentum the parameter change is exactly -(clipped gradient).
+    delta = _flat(p for p in agent.params) - _flat(before)
+    assert torch.linalg.vector_norm(delta).item() == pytest.approx(max_norm, rel=1e-5)
+    torch.testing.assert_close(delta, -_flat(grads) * (max_norm / pre), rtol=1e-4, atol=1e-7)
+    assert all(p.grad is None for p in agent.params)
+
+
+@pytest.mark.parametrize("max_norm", [1e6, None])
+def test_no_clipping_leaves_gradients_untouched(
+    max_norm: float | None, hp_factory, agent_factory, batch_factory
+) -> None:
+    hp = hp_factory(optimizer="sgd", learning_rate=1.0, momentum=0.0, max_grad_norm=max_norm)
+    agent = agent_factory(hp)
+    agent.backward_only(batch_factory(64), 1.0)
+    grads = _flat(p.grad for p in agent.params)
+    before = _flat(agent.params)
+    stats = agent.optimizer_step()
+    assert not stats.clipped
+    assert stats.pre_clip_norm == pytest.approx(torch.linalg.vector_norm(grads).item(), rel=1e-5)
+    assert stats.post_clip_norm == stats.pre_clip_norm
+    torch.testing.assert_close(_flat(agent.params) - before, -grads, rtol=1e-4, atol=1e-7)
+
+
+# --- one optimizer / scheduler step per window --------------------------------------------------
+@pytest.mark.parametrize("accum", [1, 2, 4])
+def test_one_optimizer_and_scheduler_step_per_window(
+    accum: int, hp_factory, agent_factory, batch_factory
+) -> None:
+    hp = hp_factory(batch_size=8, gradient_accumulation_steps=accum, lr_schedule="linear",
+                    lr_decay_steps=10)
+    agent = agent_factory(hp)
+    for window in range(1, 4):
+        batch = batch_factory(8 * accum, seed=window)
+        for mb in batch.split([8] * accum):
+            agent.backward_only(mb, 1 / accum)
+            assert all(p.grad is not None for p in agent.params)
+        agent.optimizer_step()
+        assert agent.optimizer_steps == window
+        assert agent.scheduler.last_epoch == window
+        for p in agent.params:
+            assert int(agent.optimizer.state[p]["step"]) == window
+            assert p.grad is None
+
+
+@pytest.mark.parametrize("accum", [1, 2, 4])
+def test_trainer_train_step_takes_exactly_one_step(accum: int, hp_factory) -> None:
+    hp = hp_factory(batch_size=8, gradient_accumulation_steps=accum, learning_starts=32,
+                    train_freq=1000, eval_interval=0, buffer_capacity=256)
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        for _ in range(40):
+            trainer.collect_step()
+        calls = {"backward": 0}
+        agent = trainer.agent
+        original = agent.backward_micro_batch
+
+        def counting(*args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
+            calls["backward"] += 1
+            return original(*args, **kwargs)
+
+        agent.backward_micro_batch = counting  # type: ignore[method-assign]
+        for step in (1, 2):
+            metrics = trainer.train_step()
+            assert calls["backward"] == step * accum
+            assert metrics["optimizer_steps"] == step == agent.optimizer_steps
+            assert agent.scheduler.last_epoch == step
+            assert all(int(agent.optimizer.state[p]["step"]) == step for p in agent.params)
+            assert all(p.grad is None for p in agent.params)
+            assert metrics["effective_batch_size"] == 8 * accum
+    finally:
+        trainer.close()
+
+
+# --- non-finite gradients -----------------------------------------------------------------------
+def test_nonfinite_gradients_skip_the_step(hp_factory, agent_factory, batch_factory) -> None:
+    hp = hp_factory(lr_schedule="cosine", lr_decay_steps=5, max_consecutive_nonfinite=5)
+    agent = agent_factory(hp)
+    agent.backward_only(batch_factory(64, seed=1), 1.0)
+    agent.optimizer_step()  # one real step so Adam has state to protect
+    params = _snapshot(agent)
+    target = [p.detach().clone() for p in agent.target_net.parameters()]
+    state = {
+        i: {k: v.clone() if torch.is_tensor(v) else v for k, v in agent.optimizer.state[p].items()}
+        for i, p in enumerate(agent.params)
+    }
+    lr, epoch = agent.optimizer.param_groups[0]["lr"], agent.scheduler.last_epoch
+    bad = batch_factory(64, seed=2)
+    rewards = bad.rewards.clone()
+    rewards[3] = float("nan")
+    bad = type(bad)(**{**bad.__dict__, "rewards": rewards})
+    for k in (1, 2):
+        good_half, bad_half = batch_factory(32, seed=3), bad.slice(0, 32)
+        agent.backward_only(good_half, 0.5)
+        agent.backward_only(bad_half, 0.5)  # one poisoned micro-batch spoils the window
+        stats = agent.optimizer_step()
+        assert stats.skipped and not stats.clipped
+        assert not math.isfinite(stats.pre_clip_norm)
+        assert agent.skipped_steps == k and agent.consecutive_skips == k
+        assert agent.optimizer_steps == 1 and stats.optimizer_steps == 1
+        assert all(p.grad is None for p in agent.params)
+        for p, before in zip(agent.params, params, strict=True):
+            assert torch.equal(p, before)
+        for p, before in zip(agent.target_net.parameters(), target, strict=True):
+            assert torch.equal(p, before)
+        for i, p in enumerate(agent.params):
+            for key, value in state[i].items():
+                assert torch.equal(torch.as_tensor(agent.optimizer.state[p][key]),
+                                   torch.as_tensor(value)), key
+        assert agent.optimizer.param_groups[0]["lr"] == lr
+        assert agent.scheduler.last_epoch == epoch
+    # A finite window steps again and resets the consecutive counter (not the total).
+    agent.backward_only(batch_factory(64, seed=4), 1.0)
+    stats = agent.optimizer_step()
+    assert not stats.skipped and agent.consecutive_skips == 0 and agent.skipped_steps == 2
+    assert agent.optimizer_steps == 2 and agent.scheduler.last_epoch == 2
+
+
+@pytest.mark.parametrize("loss", ["huber", "mse"])
+def test_infinite_loss_with_bounded_gradient_is_skipped(
+    loss: str, hp_factory, agent_factory, batch_factory
+) -> None:
+    """An infinite target gives an infinite Huber loss but a *finite* gradient: still skipped."""
+    agent = agent_factory(hp_factory(loss=loss))
+    before = _snapshot(agent)
+    bad = batch_factory(16, seed=1)
+    rewards = bad.rewards.clone()
+    rewards[0] = float("inf")
+    bad = type(bad)(**{**bad.__dict__, "rewards": rewards})
+    assert agent.backward_only(bad, 1.0) == float("inf")
+    stats = agent.optimizer_step()
+    assert stats.skipped and agent.skipped_steps == 1
+    assert all(torch.equal(p, b) for p, b in zip(agent.params, before, strict=True))
+
+
+def test_optimizer_step_without_gradients_is_an_error(hp_factory, agent_factory) -> None:
+    agent = agent_factory(hp_factory())
+    with pytest.raises(RuntimeError, match="no accumulated gradients"):
+        agent.optimizer_step()
+
+
+# --- target sync --------------------------------------------------------------------------------
+def _train_steps(agent: DQNAgent, batch_factory, n: int, accum: int = 1, seed0: int = 0):
+    stats = []
+    for s in range(n):
+        for mb in batch_factory(16 * accum, seed=seed0 + s).split([16] * accum):
+            agent.backward_only(mb, 1 / accum)
+        stats.append(agent.optimizer_step())
+    return stats
+
+
+def test_hard_target_sync_counted_in_optimizer_steps(
+    hp_factory, agent_factory, batch_factory
+) -> None:
+    hp = hp_factory(target_update_interval=3, tau=1.0, batch_size=16,
+                    gradient_accumulation_steps=4)
+    agent = agent_factory(hp)
+    initial = _flat(agent.target_net.parameters())
+    torch.testing.assert_close(initial, _flat(agent.online_net.parameters()), rtol=0, atol=0)
+    for step in range(1, 7):
+        _train_steps(agent, batch_factory, 1, accum=4, seed0=step)
+        tgt, onl = _flat(agent.target_net.parameters()), _flat(agent.online_net.parameters())
+        if step % 3 == 0:
+            assert torch.equal(tgt, onl), step
+            synced = tgt.clone()
+        elif step < 3:
+            assert torch.equal(tgt, initial) and not torch.equal(tgt, onl)
+        else:
+            assert torch.equal(tgt, synced) and not torch.equal(tgt, onl)
+
+
+def test_polyak_target_update(hp_factory, agent_factory, batch_factory) -> None:
+    tau = 0.25
+    hp = hp_factory(target_update_interval=1, tau=tau, batch_size=16)
+    agent = agent_factory(hp)
+    target = _flat(agent.target_net.parameters())
+    for s in range(3):
+        _train_steps(agent, batch_factory, 1, seed0=s)
+        online = _flat(agent.online_net.parameters())
+        target = target + tau * (online - target)
+        torch.testing.assert_close(_flat(agent.target_net.parameters()), target, rtol=1e-6,
+                                   atol=1e-7)
+    assert agent.target_net.training is not None
+    assert all(not p.requires_grad for p in agent.target_net.parameters())
+
+
+def test_skipped_steps_do_not_count_towards_target_sync(
+    hp_factory, agent_factory, batch_factory
+) -> None:
+    hp = hp_factory(target_update_interval=2, batch_size=16)
+    agent = agent_factory(hp)
+    initial = _flat(agent.target_net.parameters())
+    _train_steps(agent, batch_factory, 1)
+    bad = batch_factory(16, seed=9, reward_scale=float("inf"))
+    agent.backward_only(bad, 1.0)
+    assert agent.optimizer_step().skipped
+    assert torch.equal(_flat(agent.target_net.parameters()), initial)
+    _train_steps(agent, batch_factory, 1, seed0=5)
+    assert torch.equal(_flat(agent.target_net.parameters()), _flat(agent.online_net.parameters()))
+
+
+# --- learning-rate schedules --------------------------------------------------------------------
+def _cos(t: int, T: int, final: float) -> float:
+    return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * min(t, T) / T))
+
+
+LR_CASES: dict[str, tuple[dict[str, Any], list[float]]] = {
+    "constant": ({}, [1.0] * 6),
+    "warmup_constant": ({"lr_warmup_steps": 4}, [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]),
+    "linear": (
+        {"lr_schedule": "linear", "lr_decay_steps": 4, "lr_final_ratio": 0.2},
+        [1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2],
+    ),
+    "warmup_linear": (
+        {"lr_schedule": "linear", "lr_warmup_steps": 2, "lr_decay_steps": 4,
+         "lr_final_ratio": 0.2},
+        [0.5, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2],
+    ),
+    "cosine": (
+        {"lr_schedule": "cosine", "lr_decay_steps": 4, "lr_final_ratio": 0.1},
+        [_cos(t, 4, 0.1) for t in range(7)],
+    ),
+    "warmup_cosine": (
+        {"lr_schedule": "cosine", "lr_warmup_steps": 3, "lr_decay_steps": 2,
+         "lr_final_ratio": 0.0},
+        [1 / 3, 2 / 3, 1.0, 1.0, 0.5, 0.0, 0.0],
+    ),
+    "step": (
+        {"lr_schedule": "step", "lr_step_size": 2, "lr_step_gamma": 0.5},
+        [1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.125],
+    ),
+    "warmup_step": (
+        {"lr_schedule": "step", "lr_warmup_steps": 2, "lr_step_size": 3, "lr_step_gamma": 0.1},
+        [0.5, 1.0, 1.0, 1.0, 1.0, 0.1, 0.1, 0.1, 0.01],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LR_CASES))
+def test_lr_schedule_per_optimizer_step(case: str, hp_factory, agent_factory, batch_factory):
+    overrides, factors = LR_CASES[case]
+    base_lr = 0.5
+    hp = hp_factory(optimizer="sgd", learning_rate=base_lr, max_grad_norm=None, batch_size=8,
+                    gradient_accumulation_steps=2, **overrides)
+    agent = agent_factory(hp)
+    for step, factor in enumerate(factors):
+        for mb in batch_factory(16, seed=step).split([8, 8]):
+            agent.backward_only(mb, 0.5)
+        grads = _flat(p.grad for p in agent.params)
+        before = _flat(agent.params)
+        stats = agent.optimizer_step()
+        assert stats.lr == pytest.approx(base_lr * factor, abs=1e-12), step
+        # The LR reported is the one the update used: delta = -lr * g (SGD, no momentum).
+        torch.testing.assert_close(
+            _flat(agent.params) - before, -base_lr * factor * grads, rtol=1e-4, atol=1e-7
+        )
+
+
+# --- misc ---------------------------------------------------------------------------------------
+def test_agent_rejects_unsupported_spaces(hp_factory) -> None:
+    box = gym.spaces.Box(-1, 1, (3,), np.float32)
+    with pytest.raises(ConfigError, match="action space must be Discrete"):
+        DQNAgent(box, gym.spaces.Box(-1, 1, (2,)), hp_factory())
+    with pytest.raises(ConfigError, match="regime_conditional must be false"):
+        DQNAgent(box, gym.spaces.Discrete(2), hp_factory(regime_conditional=True))
+
+
+def test_act_and_evaluation_mode(hp_factory, agent_factory) -> None:
+    agent = agent_factory(hp_factory(noisy_nets=True))
+    obs = np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32)
+    greedy = agent.greedy_actions(obs)
+    assert greedy.shape == (5,) and greedy.dtype == np.int64
+    assert isinstance(agent.act(obs[0]), int)
+    assert np.array_equal(agent.act(obs, epsilon=0.0), greedy)
+    random_acts = np.concatenate([agent.act(obs, epsilon=1.0) for _ in range(40)])
+    assert set(random_acts.tolist()) == {0, 1, 2}
+    with agent.evaluation():
+        assert not agent.online_net.training
+        e1 = agent.greedy_actions(obs)
+        agent.online_net.reset_noise(torch.Generator().manual_seed(3))
+        assert np.array_equal(agent.greedy_actions(obs), e1)  # noise off in evaluation
+    assert agent.online_net.training

@@ -1,0 +1,161 @@
+"""QNetwork and NoisyLinear: shapes of every head combination, dueling identity, noise, gating."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from foxhunt.networks import NoisyLinear, QNetwork
+
+OBS, ACT, K = 7, 3, 3
+
+COMBOS = list(
+    itertools.product([False, True], ["none", "c51", "qr"], [False, True], ["off", "hard", "soft"])
+)
+
+
+def _net(hp_factory, *, dueling=False, dist="none", noisy=False, regime="off", n_atoms=5):
+    hp = hp_factory(
+        dueling=dueling, distributional=dist, noisy_nets=noisy, n_atoms=n_atoms,
+        regime_conditional=regime != "off", regime_gating="soft" if regime == "soft" else "hard",
+        v_min=-3.0, v_max=3.0,
+    )
+    torch.manual_seed(0)
+    return QNetwork(OBS, ACT, hp, n_regimes=K if regime != "off" else 0)
+
+
+def _obs(n: int = 10, seed: int = 0, one_hot: int | None = None) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, OBS, generator=g)
+    probs = torch.rand(n, K, generator=g).softmax(dim=1)
+    if one_hot is not None:
+        probs = F.one_hot(torch.full((n,), one_hot), K).float()
+    x[:, -K:] = probs
+    return x
+
+
+@pytest.mark.parametrize(("dueling", "dist", "noisy", "regime"), COMBOS)
+def test_output_shapes(hp_factory, dueling: bool, dist: str, noisy: bool, regime: str) -> None:
+    net = _net(hp_factory, dueling=dueling, dist=dist, noisy=noisy, regime=regime)
+    out = net(_obs(10))
+    assert out.shape == ((10, ACT) if dist == "none" else (10, ACT, 5))
+    q = net.q_values(out)
+    assert q.shape == (10, ACT) and q.dtype == torch.float32 and torch.isfinite(q).all()
+    assert net.is_noisy == noisy
+    n_heads = K if regime != "off" else 1
+    assert len(net.adv_heads) == n_heads
+    assert (net.value_heads is not None) == dueling
+    if dist == "c51":  # expected value lies inside the support
+        assert q.min() >= -3.0 and q.max() <= 3.0
+        torch.testing.assert_close(
+            q, (out.softmax(-1) * torch.linspace(-3, 3, 5)).sum(-1)
+        )
+    if dist == "qr":
+        torch.testing.assert_close(q, out.mean(-1))
+
+
+@pytest.mark.parametrize("dist", ["none", "c51", "qr"])
+def test_dueling_identity(hp_factory, dist: str) -> None:
+    net = _net(hp_factory, dueling=True, dist=dist)
+    x = _obs(8)
+    out = net(x)
+    h = net.torso(x)
+    n_out = 1 if dist == "none" else 5
+    value = net.value_heads[0](h).view(8, 1, n_out)
+    adv = net.adv_heads[0](h).view(8, ACT, n_out)
+    out3 = out.view(8, ACT, n_out)
+    # Q - V is the centred advantage: its mean over actions is zero, and it equals A - mean(A).
+    torch.testing.assert_close(out3.mean(dim=1, keepdim=True), value, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out3 - value, adv - adv.mean(dim=1, keepdim=True))
+
+
+def test_noisy_linear_modes_and_noise() -> None:
+    torch.manual_seed(0)
+    layer = NoisyLinear(5, 4, sigma0=0.5)
+    x = torch.randn(6, 5)
+    # Eval: mean weights, deterministic regardless of the noise buffers.
+    layer.reset_noise(torch.Generator().manual_seed(1))
+    layer.eval()
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight_mu, layer.bias_mu))
+    # Train: weights from the buffers, factorised: W = mu + sigma * outer(f(e_out), f(e_in)).
+    layer.train()
+    g = torch.Generator().manual_seed(1)
+    e_in, e_out = torch.randn(5, generator=g), torch.randn(4, generator=g)
+    f_in, f_out = e_in.sign() * e_in.abs().sqrt(), e_out.sign() * e_out.abs().sqrt()
+    torch.testing.assert_close(layer.eps_in, f_in)
+    torch.testing.assert_close(layer.eps_out, f_out)
+    w = layer.weight_mu + layer.weight_sigma * torch.outer(f_out, f_in)
+    b = layer.bias_mu + layer.bias_sigma * f_out
+    y1 = layer(x)
+    torch.testing.assert_close(y1, F.linear(x, w, b))
+    torch.testing.assert_close(layer(x), y1)  # no resampling per forward pass
+    assert not torch.allclose(y1, F.linear(x, layer.weight_mu, layer.bias_mu))
+    # Initial sigma is sigma0 / sqrt(fan_in).
+    torch.testing.assert_close(layer.weight_sigma, torch.full((4, 5), 0.5 / np.sqrt(5)))
+    layer.reset_noise(g)
+    assert not torch.allclose(layer(x), y1)
+
+
+def test_network_noise_reset_and_eval(hp_factory) -> None:
+    net = _net(hp_factory, noisy=True, dueling=True)
+    x = _obs(4)
+    net.train()
+    net.reset_noise(torch.Generator().manual_seed(0))
+    a = net(x)
+    torch.testing.assert_close(net(x), a)
+    net.reset_noise(torch.Generator().manual_seed(1))
+    b = net(x)
+    assert not torch.allclose(a, b)
+    net.reset_noise(torch.Generator().manual_seed(0))
+    torch.testing.assert_close(net(x), a)  # the generator fully determines the noise
+    net.eval()
+    e1 = net(x)
+    net.reset_noise(torch.Generator().manual_seed(5))
+    torch.testing.assert_close(net(x), e1)
+
+
+@pytest.mark.parametrize("dist", ["none", "c51"])
+def test_hard_gating_selects_the_head(hp_factory, dist: str) -> None:
+    net = _net(hp_factory, regime="hard", dist=dist, dueling=True)
+    x = _obs(6, one_hot=1)
+    base = net(x).detach().clone()
+    with torch.no_grad():
+        for i in (0, 2):
+            net.adv_heads[i].weight[0].add_(1.0)  # one action's row: survives the centring
+            net.value_heads[i].bias.add_(3.0)
+    torch.testing.assert_close(net(x), base)  # other heads do not matter
+    with torch.no_grad():
+        net.adv_heads[1].weight[0].add_(0.5)
+    assert not torch.allclose(net(x), base)
+    # Soft probabilities under hard gating: the argmax regime's head is used.
+    xs = _obs(6, seed=3)
+    h = net.torso(xs)
+    sel = xs[:, -K:].argmax(dim=1)
+    heads = torch.stack([net._head_out(i, h) for i in range(K)], dim=1)
+    expected = heads[torch.arange(6), sel]
+    expected = expected.squeeze(-1) if dist == "none" else expected
+    torch.testing.assert_close(net(xs), expected)
+
+
+def test_soft_gating_mixes_heads(hp_factory) -> None:
+    net = _net(hp_factory, regime="soft", dist="none")
+    x = _obs(6, seed=2)
+    h = net.torso(x)
+    probs = x[:, -K:]
+    per_head = [net.adv_heads[i](h) for i in range(K)]
+    expected = sum(probs[:, i : i + 1] * per_head[i] for i in range(K))
+    torch.testing.assert_close(net(x), expected)
+
+
+def test_regime_config_errors(hp_factory) -> None:
+    hp = hp_factory(regime_conditional=True)
+    with pytest.raises(ValueError, match="n_regimes"):
+        QNetwork(OBS, ACT, hp, n_regimes=0)
+    with pytest.raises(ValueError, match="exceeds the observation size"):
+        QNetwork(2, ACT, hp, n_regimes=3)
+    # Without regime_conditional, n_regimes is ignored (one head).
+    assert len(QNetwork(OBS, ACT, hp_factory(), n_regimes=3).adv_heads) == 1

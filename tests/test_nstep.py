@@ -1,0 +1,164 @@
+"""NStepAccumulator against hand-computed sequences: termination, truncation, parallel envs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from foxhunt.replay import NStepAccumulator, Transitions
+
+G = 0.5
+
+
+def _o(*values: float) -> np.ndarray:
+    """Observations [n_envs, 1] whose single entry names the state."""
+    return np.array(values, dtype=np.float32)[:, None]
+
+
+def _push(acc: NStepAccumulator, obs, actions, rewards, next_obs, term, trunc) -> Transitions:
+    return acc.push(
+        _o(*obs), np.asarray(actions), np.asarray(rewards, np.float64), _o(*next_obs),
+        np.asarray(term, bool), np.asarray(trunc, bool),
+    )
+
+
+def _rows(tr: Transitions) -> list[tuple[float, int, float, float, float, float]]:
+    """(obs, action, return, next_obs, done, discount) per emitted transition."""
+    return [
+        (float(tr.obs[i, 0]), int(tr.actions[i]), float(tr.rewards[i]), float(tr.next_obs[i, 0]),
+         float(tr.dones[i]), float(tr.discounts[i]))
+        for i in range(len(tr.actions))
+    ]
+
+
+def test_three_step_with_termination_then_truncation() -> None:
+    acc = NStepAccumulator(3, G, 1)
+    # Episode 1: states 0 -> 1 -> 2 -> 3 -> 4 (terminal), rewards 1, 2, 4, 8.
+    assert _rows(_push(acc, [0], [0], [1.0], [1], [0], [0])) == []
+    assert _rows(_push(acc, [1], [1], [2.0], [2], [0], [0])) == []
+    # Full window: 1 + .5*2 + .25*4 = 3, bootstrap from state 3 with 0.5**3.
+    assert _rows(_push(acc, [2], [2], [4.0], [3], [0], [0])) == [(0, 0, 3.0, 3, 0.0, 0.125)]
+    # Termination flushes every pending start, done = 1 (discount irrelevant but g**k).
+    assert _rows(_push(acc, [3], [0], [8.0], [4], [1], [0])) == [
+        (1, 1, 2 + 0.5 * 4 + 0.25 * 8, 4, 1.0, 0.125),
+        (2, 2, 4 + 0.5 * 8, 4, 1.0, 0.25),
+        (3, 0, 8.0, 4, 1.0, 0.5),
+    ]
+    # Episode 2 (reset state 10): truncated after two steps -> bootstrap (done 0) from the final
+    # observation 12 with the discount of the steps actually taken.
+    assert _rows(_push(acc, [10], [1], [1.0], [11], [0], [0])) == []
+    assert _rows(_push(acc, [11], [0], [1.0], [12], [0], [1])) == [
+        (10, 1, 1.5, 12, 0.0, 0.25),
+        (11, 0, 1.0, 12, 0.0, 0.5),
+    ]
+    assert all(len(q) == 0 for q in acc.queues)
+
+
+def test_two_envs_with_different_episode_ends() -> None:
+    acc = NStepAccumulator(2, G, 2)
+    # t0: env0 0->1 r=1, env1 100->101 r=10
+    assert _rows(_push(acc, [0, 100], [0, 1], [1.0, 10.0], [1, 101], [0, 0], [0, 0])) == []
+    # t1: env0 terminates (1->2, r=2); env1 101->102 r=20 completes a 2-step window.
+    assert _rows(_push(acc, [1, 101], [1, 0], [2.0, 20.0], [2, 102], [1, 0], [0, 0])) == [
+        (0, 0, 1 + 0.5 * 2, 2, 1.0, 0.25),
+        (1, 1, 2.0, 2, 1.0, 0.5),
+        (100, 1, 10 + 0.5 * 20, 102, 0.0, 0.25),
+    ]
+    # t2: env0 restarted at 50 (50->51, r=3); env1 truncates (102->103, r=40).
+    assert _rows(_push(acc, [50, 102], [0, 1], [3.0, 40.0], [51, 103], [0, 0], [0, 1])) == [
+        (101, 0, 20 + 0.5 * 40, 103, 0.0, 0.25),
+        (102, 1, 40.0, 103, 0.0, 0.5),
+    ]
+    # t3: env0 completes its window; env1 (restarted at 200) just starts one.
+    assert _rows(_push(acc, [51, 200], [1, 0], [4.0, 5.0], [52, 201], [0, 0], [0, 0])) == [
+        (50, 0, 3 + 0.5 * 4, 52, 0.0, 0.25),
+    ]
+    assert [len(q) for q in acc.queues] == [1, 1]
+
+
+def _reference_nstep(episode: list[tuple[float, float]], final: float, terminated: bool, n: int):
+    """Independent reference from a whole episode: list of (obs, reward) and the final obs."""
+    obs = [o for o, _ in episode] + [final]
+    rews = [r for _, r in episode]
+    T = len(rews)
+    out = []
+    for t in range(T):
+        k = min(n, T - t)
+        ret = sum(G**j * rews[t + j] for j in range(k))
+        done = 1.0 if (terminated and t + k == T) else 0.0
+        out.append((obs[t], ret, obs[t + k], done, G**k))
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_random_episodes_match_reference(n: int) -> None:
+    rng = np.random.default_rng(n)
+    acc = NStepAccumulator(n, G, 1)
+    state = 0.0
+    got, want = [], []
+    for _ in range(6):
+        length = int(rng.integers(1, 8))
+        terminated = bool(rng.random() < 0.5)
+        episode = []
+        for t in range(length):
+            r = float(rng.integers(-5, 6))
+            episode.append((state, r))
+            last = t == length - 1
+            tr = _push(acc, [state], [0], [r], [state + 1], [last and terminated],
+                       [last and not terminated])
+            got += [(o, ret, no, d, g) for o, _, ret, no, d, g in _rows(tr)]
+            state += 1
+        want += _reference_nstep(episode, state, terminated, n)
+        state += 100  # reset
+    assert len(got) == len(want)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)
+
+
+def test_n1_is_a_passthrough() -> None:
+    acc = NStepAccumulator(1, 0.9, 2)
+    obs, nxt = _o(1, 2), _o(3, 4)
+    tr = acc.push(obs, np.array([1, 0]), np.array([0.5, -1.0]), nxt,
+                  np.array([True, False]), np.array([False, True]))
+    np.testing.assert_array_equal(tr.obs, obs)
+    np.testing.assert_array_equal(tr.next_obs, nxt)
+    np.testing.assert_array_equal(tr.actions, [1, 0])
+    np.testing.assert_allclose(tr.rewards, [0.5, -1.0])
+    np.testing.assert_array_equal(tr.dones, [1.0, 0.0])  # truncation bootstraps
+    np.testing.assert_allclose(tr.discounts, [0.9, 0.9])
+    assert tr.rewards.dtype == np.float32 and tr.actions.dtype == np.int64
+
+
+def test_pending_obs_is_not_aliased_to_a_reused_buffer() -> None:
+    """Vector envs may reuse their observation array; the accumulator must keep its own copy."""
+    acc = NStepAccumulator(2, G, 1)
+    buf = _o(0)
+    acc.push(buf, np.array([0]), np.array([1.0]), _o(1), np.array([False]), np.array([False]))
+    buf[:] = 1.0  # the env writes the next observation into the same array
+    tr = acc.push(buf, np.array([0]), np.array([1.0]), _o(2), np.array([False]), np.array([False]))
+    assert float(tr.obs[0, 0]) == 0.0
+
+
+def test_state_round_trip_mid_episode() -> None:
+    rng = np.random.default_rng(0)
+    steps = [
+        (_o(*rng.normal(size=2)), rng.integers(0, 3, 2), rng.normal(size=2), _o(*rng.normal(size=2)),
+         np.array([t == 5, False]), np.array([False, t == 7]))
+        for t in range(12)
+    ]
+    a = NStepAccumulator(4, 0.9, 2)
+    for s in steps[:3]:
+        a.push(*s)
+    assert [len(q) for q in a.queues] == [3, 3]
+    tensors = {k: v.clone() for k, v in a.state_tensors().items()}
+    b = NStepAccumulator(4, 0.9, 2)
+    b.load_state(tensors, json.loads(json.dumps(a.state_json())))
+    for s in steps[3:]:
+        ta, tb = a.push(*s), b.push(*s)
+        for fa, fb in zip(ta, tb, strict=True):
+            np.testing.assert_array_equal(fa, fb)
+    # An empty accumulator round-trips too.
+    c = NStepAccumulator(4, 0.9, 2)
+    c.load_state(NStepAccumulator(4, 0.9, 2).state_tensors(), {"lengths": [0, 0]})
+    assert [len(q) for q in c.queues] == [0, 0]

@@ -1,0 +1,128 @@
+"""From an OHLCV frame to MarketArrays (foxhunt.markets.pipeline)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from foxhunt.errors import ConfigError, DataError
+from foxhunt.markets.arrays import MarketArrays
+from foxhunt.markets.data import load_ohlcv
+from foxhunt.markets.features import FeatureNormalizer, compute_features
+from foxhunt.markets.pipeline import DETECTORS, default_market, prepare_market
+from foxhunt.markets.regimes import GaussianHMMDetector
+from foxhunt.markets.synthetic import SyntheticMarketConfig, generate_market, write_synthetic_csv
+
+TRAIN_END = 1500
+
+
+@pytest.fixture(scope="module")
+def market() -> pd.DataFrame:
+    return generate_market(SyntheticMarketConfig(n_bars=2000), seed=5)
+
+
+@pytest.fixture(scope="module")
+def arrays(market) -> MarketArrays:
+    return prepare_market(market, train_end=TRAIN_END, detector="hmm", seed=0)
+
+
+def test_layout_and_dtypes(arrays, market):
+    n = len(market)
+    assert len(arrays) == n
+    assert arrays.timestamps.dtype == np.dtype("datetime64[ns]")
+    np.testing.assert_array_equal(arrays.timestamps, market.index.to_numpy())
+    assert arrays.close.dtype == np.float64
+    np.testing.assert_array_equal(arrays.close, market["close"].to_numpy())
+    assert arrays.features.dtype == np.float32 and arrays.features.shape == (n, 7)
+    assert arrays.regime_probs.dtype == np.float32 and arrays.regime_probs.shape == (n, 4)
+    np.testing.assert_allclose(arrays.regime_probs.sum(axis=1), 1.0, atol=1e-6)
+    assert np.isfinite(arrays.features).all()
+    assert arrays.feature_names == tuple(compute_features(market).columns)
+    assert arrays.regime_names == ("state_0", "state_1", "state_2", "state_3")
+    np.testing.assert_array_equal(arrays.true_regimes, market["regime"].to_numpy())
+    assert arrays.true_regimes.dtype == np.int64
+
+
+def test_features_use_training_statistics(arrays, market):
+    raw = compute_features(market)
+    expected = FeatureNormalizer().fit(raw.iloc[:TRAIN_END]).transform(raw).astype(np.float32)
+    np.testing.assert_array_equal(arrays.features, expected)
+    # Training rows are centred (NaN warm-up rows are exactly 0, so the sum over all is 0).
+    assert np.abs(arrays.features[:TRAIN_END].astype(np.float64).sum(axis=0)).max() < 1e-2
+
+
+def test_regime_probs_come_from_a_train_only_hmm(arrays, market):
+    det = GaussianHMMDetector(4, seed=0).fit(market.iloc[:TRAIN_END])
+    np.testing.assert_allclose(arrays.regime_probs, det.predict_proba(market), atol=1e-6)
+
+
+@pytest.mark.parametrize("detector", ["hmm", "volatility_trend"])
+def test_prefix_gives_identical_leading_rows(detector, arrays, market):
+    """prepare_market on a prefix (same train_end) reproduces the leading rows exactly."""
+    full = (
+        arrays
+        if detector == "hmm"
+        else prepare_market(market, train_end=TRAIN_END, detector=detector)
+    )
+    prefix = prepare_market(market.iloc[:1700], train_end=TRAIN_END, detector=detector)
+    np.testing.assert_array_equal(prefix.features, full.features[:1700])
+    np.testing.assert_array_equal(prefix.regime_probs, full.regime_probs[:1700])
+    np.testing.assert_array_equal(prefix.close, full.close[:1700])
+
+
+def test_test_span_data_cannot_leak_into_training_rows(arrays, market):
+    tampered = market.copy()
+    scale = np.linspace(1.0, 3.0, len(market) - TRAIN_END)
+    for col in ("open", "high", "low", "close"):
+        tampered.iloc[TRAIN_END:, tampered.columns.get_loc(col)] *= scale
+    other = prepare_market(tampered, train_end=TRAIN_END, detector="volatility_trend")
+    baseline = prepare_market(market, train_end=TRAIN_END, detector="volatility_trend")
+    np.testing.assert_array_equal(other.features[:TRAIN_END], baseline.features[:TRAIN_END])
+    np.testing.assert_array_equal(other.regime_probs[:TRAIN_END], baseline.regime_probs[:TRAIN_END])
+
+
+def test_oracle_and_none_detectors(market):
+    oracle = prepare_market(market, train_end=TRAIN_END, detector="oracle")
+    np.testing.assert_array_equal(oracle.regime_probs.argmax(axis=1), market["regime"].to_numpy())
+    assert set(np.unique(oracle.regime_probs)) == {0.0, 1.0}
+    assert oracle.regime_names == ("bull", "bear", "sideways", "high_volatility")
+    none = prepare_market(market, train_end=TRAIN_END, detector="none")
+    assert none.regime_probs.shape == (len(market), 1) and (none.regime_probs == 1).all()
+
+
+def test_real_style_frame_without_regime_column(market):
+    plain = market.drop(columns="regime").rename(columns=str.title)
+    out = prepare_market(plain, train_end=TRAIN_END, detector="volatility_trend")
+    assert out.true_regimes is None
+    assert out.regime_names == ("bull", "bear", "sideways", "high_volatility")
+    with pytest.raises(ConfigError, match="regime"):
+        prepare_market(plain, train_end=TRAIN_END, detector="oracle")
+
+
+def test_synthetic_csv_keeps_true_regimes(tmp_path):
+    cfg = SyntheticMarketConfig(n_bars=400)
+    frame = load_ohlcv(write_synthetic_csv(tmp_path / "m.csv", cfg, seed=2))
+    out = prepare_market(frame, train_end=300, detector="volatility_trend")
+    np.testing.assert_array_equal(out.true_regimes, generate_market(cfg, seed=2)["regime"])
+
+
+def test_validation_names_the_value(market):
+    with pytest.raises(ConfigError) as err:
+        prepare_market(market, train_end=TRAIN_END, detector="kmeans")
+    assert "'kmeans'" in str(err.value)
+    assert all(repr(d) in str(err.value) for d in DETECTORS)
+    with pytest.raises(ConfigError, match="5000"):
+        prepare_market(market, train_end=5000)
+    with pytest.raises(ConfigError, match="train_end=10"):
+        prepare_market(market, train_end=10)
+    bad = market.copy()
+    bad.iloc[7, bad.columns.get_loc("low")] = -1.0
+    with pytest.raises(DataError, match="row 8"):
+        prepare_market(bad, train_end=TRAIN_END, detector="none")
+
+
+def test_default_market_is_the_default_config():
+    a = default_market(seed=3)
+    assert len(a) == SyntheticMarketConfig().n_bars
+    pd.testing.assert_frame_equal(a, generate_market(seed=3))
