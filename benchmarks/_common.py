@@ -34,14 +34,20 @@ def ensure_foxhunt_importable() -> None:
 
 
 def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (platform's guess elsewhere)."""
+    """The CPU model name from /proc/cpuinfo, with family/model numbers when the name is vague."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "cpu family", "model") and key not in fields:
+                fields[key] = value.strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def machine_info() -> dict[str, Any]:

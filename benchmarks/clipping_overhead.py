@@ -162,6 +162,9 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
         "ms_per_step_median": med,
         "ms_per_step_reps": per_rep,
         "ratio_vs_no_clip": {k: v / base for k, v in med.items()},
+        "ratio_vs_no_clip_paired_median": {
+            k: C.median(C.per_rep_ratios(v, per_rep["no_clip"])) for k, v in per_rep.items()
+        },
         "ratio_two_pass_vs_foxhunt_clip": med["two_pass"] / med["foxhunt_clip"],
         "ratio_foxhunt_clip_vs_foxhunt_no_clip": med["foxhunt_clip"] / med["foxhunt_no_clip"],
         "foxhunt_clip_rate": clip_rate,
@@ -171,13 +174,16 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parser(__doc__.splitlines()[0]).parse_args(argv)
     torch.set_num_threads(1)
-    sizes, reps = ({64: 4, 256: 3}, 2) if args.smoke else ({64: 200, 256: 100}, 9)
+    sizes, reps = ({64: 4, 256: 3}, 2) if args.smoke else ({64: 50, 256: 25}, 25)
     results = [run_batch_size(b, n, reps) for b, n in sizes.items()]
     ratios: dict[str, float] = {}
     rows = []
     for r in results:
         b, rv, m = r["batch_size"], r["ratio_vs_no_clip"], r["ms_per_step_median"]
         ratios[f"foxhunt_clip_vs_no_clip_b{b}"] = rv["foxhunt_clip"]
+        paired = r["ratio_vs_no_clip_paired_median"]
+        ratios[f"foxhunt_clip_vs_no_clip_b{b}_paired"] = paired["foxhunt_clip"]
+        ratios[f"two_pass_vs_no_clip_b{b}_paired"] = paired["two_pass"]
         ratios[f"torch_clip_vs_no_clip_b{b}"] = rv["torch_clip"]
         ratios[f"two_pass_vs_no_clip_b{b}"] = rv["two_pass"]
         ratios[f"two_pass_vs_foxhunt_clip_b{b}"] = r["ratio_two_pass_vs_foxhunt_clip"]
@@ -192,6 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 m["two_pass"],
                 rv["torch_clip"],
                 rv["foxhunt_clip"],
+                paired["foxhunt_clip"],
                 rv["two_pass"],
                 r["ratio_foxhunt_clip_vs_foxhunt_no_clip"],
             ]
@@ -206,6 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "two-pass ms",
             "torch clip / no clip",
             "foxhunt clip / no clip",
+            "(paired reps)",
             "two-pass / no clip",
             "foxhunt clip / foxhunt no-clip",
         ],

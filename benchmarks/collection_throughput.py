@@ -153,7 +153,7 @@ def run_n_envs(n_envs: int, transitions: int, reps: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = C.parser(__doc__.splitlines()[0]).parse_args(argv)
     torch.set_num_threads(1)
-    n_list, transitions, reps = ([1, 4], 64, 2) if args.smoke else ([1, 4, 8], 4096, 7)
+    n_list, transitions, reps = ([1, 4], 64, 2) if args.smoke else ([1, 4, 8], 1024, 21)
     results = [run_n_envs(n, transitions, reps) for n in n_list]
     ratios = {
         f"foxhunt_vs_sb3_env_steps_per_s_n{r['n_envs']}": r["ratio_foxhunt_vs_sb3"] for r in results
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "foxhunt steps/s",
             "SB3 steps/s",
             "foxhunt / SB3",
+            "foxhunt / SB3 (paired reps)",
             "gym.vector env-only",
             "DummyVecEnv env-only",
             "foxhunt share of env ceiling",
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 r["env_steps_per_s_median"]["foxhunt"],
                 r["env_steps_per_s_median"]["sb3"],
                 r["ratio_foxhunt_vs_sb3"],
+                r["ratio_foxhunt_vs_sb3_paired_median"],
                 r["env_steps_per_s_median"]["env_only_gym_vector"],
                 r["env_steps_per_s_median"]["env_only_sb3_dummyvecenv"],
                 r["foxhunt_share_of_env_ceiling"],

@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.smoke:
         n_fill, sizes, reps = 1_000, {64: 4, 256: 3}, 2
     else:
-        n_fill, sizes, reps = 50_000, {64: 256, 256: 128}, 9
+        n_fill, sizes, reps = 50_000, {64: 64, 256: 32}, 25
     if args.profile:
         profile(64, n_fill, 200)
         return {}
@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for r in results:
         b = r["batch_size"]
         ratios[f"foxhunt_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_sb3"]
+        ratios[f"foxhunt_vs_sb3_updates_per_s_b{b}_paired"] = r[
+            "ratio_foxhunt_vs_sb3_paired_median"
+        ]
         ratios[f"foxhunt_double_q_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_double_q_vs_sb3"]
         ratios[f"foxhunt_vs_torch_minimal_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_torch_minimal"]
     rows = []
@@ -236,7 +239,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 m["sb3"],
                 m["torch_minimal"],
                 r["ratio_foxhunt_vs_sb3"],
+                r["ratio_foxhunt_vs_sb3_paired_median"],
                 r["ratio_foxhunt_double_q_vs_sb3"],
+                r["ratio_foxhunt_vs_torch_minimal"],
             ]
         )
     table = C.md_table(
@@ -247,7 +252,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "SB3 upd/s",
             "torch minimal upd/s",
             "foxhunt / SB3",
+            "foxhunt / SB3 (paired reps)",
             "foxhunt double-Q / SB3",
+            "foxhunt / torch minimal",
         ],
         rows,
     )

@@ -47,10 +47,12 @@ def make_agent(
     obs_dim: int = OBS_DIM,
     n_actions: int = N_ACTIONS,
     n_regimes: int = 0,
-    init_seed: int = 1234,
 ) -> DQNAgent:
-    """An agent whose weights depend only on ``init_seed`` (so two calls build identical twins)."""
-    torch.manual_seed(init_seed)
+    """An agent on a Box(obs_dim) / Discrete(n_actions) space pair.
+
+    DQNAgent seeds its initial weights from ``hp.seed``, so two calls with the same config build
+    identical twins (the accumulation tests rely on it and check it).
+    """
     obs_space = gym.spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32)
     return DQNAgent(obs_space, gym.spaces.Discrete(n_actions), hp, n_regimes=n_regimes)
 

@@ -30,11 +30,22 @@ RTOL, ATOL = 1e-5, 1e-6
 # float32 round-off in near-zero gradients into visible parameter differences and hide real bugs
 # behind a loose tolerance.
 BASE: dict[str, Any] = dict(
-    optimizer="sgd", learning_rate=0.05, momentum=0.9, gamma=0.9, max_grad_norm=0.1,
+    optimizer="sgd",
+    learning_rate=0.05,
+    momentum=0.9,
+    gamma=0.9,
+    max_grad_norm=0.1,
 )
 RAINBOW: dict[str, Any] = dict(
-    double_q=True, dueling=True, prioritized_replay=True, n_step=3, distributional="c51",
-    n_atoms=11, v_min=-5.0, v_max=5.0, noisy_nets=True,
+    double_q=True,
+    dueling=True,
+    prioritized_replay=True,
+    n_step=3,
+    distributional="c51",
+    n_atoms=11,
+    v_min=-5.0,
+    v_max=5.0,
+    noisy_nets=True,
 )
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
@@ -51,8 +62,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "lr_warmup_cosine": {"lr_schedule": "cosine", "lr_warmup_steps": 2, "lr_decay_steps": 3},
     "polyak": {"tau": 0.3, "target_update_interval": 1},
     "rainbow_regime": {
-        **RAINBOW, "regime_conditional": True, "regime_gating": "soft",
-        "lr_schedule": "linear", "lr_warmup_steps": 1, "lr_decay_steps": 4,
+        **RAINBOW,
+        "regime_conditional": True,
+        "regime_gating": "soft",
+        "lr_schedule": "linear",
+        "lr_warmup_steps": 1,
+        "lr_decay_steps": 4,
         "target_update_interval": 2,
     },
     "rainbow_regime_hard": {**RAINBOW, "regime_conditional": True, "regime_gating": "hard"},
@@ -104,8 +119,9 @@ def _twins(hp: DQNHyperparameters, agent_factory) -> tuple[DQNAgent, DQNAgent]:
     n_reg = _n_regimes(hp)
     a = agent_factory(hp, OBS_DIM, N_ACT, n_regimes=n_reg)
     b = agent_factory(hp, OBS_DIM, N_ACT, n_regimes=n_reg)
-    for pa, pb in zip(a.online_net.state_dict().values(), b.online_net.state_dict().values(),
-                      strict=True):
+    for pa, pb in zip(
+        a.online_net.state_dict().values(), b.online_net.state_dict().values(), strict=True
+    ):
         assert torch.equal(pa, pb)
     return a, b
 
@@ -159,7 +175,7 @@ def test_accumulation_equals_big_batch(
             assert torch.equal(before, after)  # same noise for every micro-batch of the window
         big_loss = big.backward_only(batch, 1.0)
         _assert_lists_close(_grads(acc), _grads(big))
-        weighted = sum(l * len(mb) for l, mb in zip(losses, batch.split(split), strict=True))
+        weighted = sum(x * len(mb) for x, mb in zip(losses, batch.split(split), strict=True))
         assert weighted / EFF == pytest.approx(big_loss, rel=1e-5)
         if hp.distributional == "none" and not hp.regime_conditional and not hp.noisy_nets:
             _assert_lists_close(_grads(big), _reference_scalar_grads(big, batch))
@@ -175,11 +191,12 @@ def test_accumulation_equals_big_batch(
     assert acc.scheduler.last_epoch == 3
 
 
-def test_bf16_accumulation_matches_bf16_big_batch(hp_factory, agent_factory) -> None:
+@pytest.mark.parametrize("variant", ["dueling", "rainbow_regime"])
+def test_bf16_accumulation_matches_bf16_big_batch(variant: str, hp_factory, agent_factory) -> None:
     """bf16 autocast on CPU: compare with the same bf16 computation on the big batch."""
-    hp = _hp(hp_factory, mixed_precision="bf16", dueling=True)
+    hp = _hp(hp_factory, mixed_precision="bf16", **VARIANTS[variant])
     buf = _filled_replay(hp)
-    batch = buf.sample(EFF)
+    batch = buf.sample(EFF, beta=0.5)
     acc, big = _twins(hp, agent_factory)
     for mb in batch.split([64] * 4):
         acc.backward_only(mb, 0.25)
@@ -187,11 +204,12 @@ def test_bf16_accumulation_matches_bf16_big_batch(hp_factory, agent_factory) -> 
     ga, gb = _grads(acc), _grads(big)
     # Loose: bf16 keeps 8 mantissa bits and CPU kernels may block the two batch sizes differently.
     _assert_lists_close(ga, gb, rtol=2e-2, atol=2e-3)
-    total = torch.linalg.vector_norm(torch.cat([g.flatten() for g in ga]) - torch.cat(
-        [g.flatten() for g in gb]))
+    total = torch.linalg.vector_norm(
+        torch.cat([g.flatten() for g in ga]) - torch.cat([g.flatten() for g in gb])
+    )
     assert total / torch.linalg.vector_norm(torch.cat([g.flatten() for g in gb])) < 1e-2
     # Autocast is really on: an fp32 twin gives measurably different gradients.
-    fp32 = agent_factory(hp.replace(mixed_precision="off"), OBS_DIM, N_ACT)
+    fp32 = agent_factory(hp.replace(mixed_precision="off"), OBS_DIM, N_ACT, _n_regimes(hp))
     fp32.backward_only(batch, 1.0)
     diff = max((x - y).abs().max().item() for x, y in zip(_grads(fp32), gb, strict=True))
     assert diff > 1e-6
@@ -241,9 +259,7 @@ def test_noise_resampled_once_per_optimizer_step(hp_factory, agent_factory) -> N
         agent.backward_only(mb, 0.25)
     assert all(torch.equal(x, y) for x, y in zip(eps0, agent.online_net.buffers(), strict=True))
     agent.optimizer_step()
-    assert not all(
-        torch.equal(x, y) for x, y in zip(eps0, agent.online_net.buffers(), strict=True)
-    )
+    assert not all(torch.equal(x, y) for x, y in zip(eps0, agent.online_net.buffers(), strict=True))
 
 
 # --- through the trainer ------------------------------------------------------------------------
@@ -251,9 +267,14 @@ def _trainer(hp_factory, batch_size: int, accum: int, **overrides: Any) -> DQNTr
     hp = hp_factory(
         **{
             **BASE,
-            "batch_size": batch_size, "gradient_accumulation_steps": accum,
-            "learning_starts": 256, "buffer_capacity": 1000, "n_envs": 2, "train_freq": 1000,
-            "eval_interval": 0, **overrides,
+            "batch_size": batch_size,
+            "gradient_accumulation_steps": accum,
+            "learning_starts": 256,
+            "buffer_capacity": 1000,
+            "n_envs": 2,
+            "train_freq": 1000,
+            "eval_interval": 0,
+            **overrides,
         }
     )
     return DQNTrainer(hp, "CartPole-v1")
@@ -261,8 +282,16 @@ def _trainer(hp_factory, batch_size: int, accum: int, **overrides: Any) -> DQNTr
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"prioritized_replay": True, "n_step": 3, "dueling": True, "optimizer": "adam",
-          "learning_rate": 1e-3}],
+    [
+        {},
+        {
+            "prioritized_replay": True,
+            "n_step": 3,
+            "dueling": True,
+            "optimizer": "adam",
+            "learning_rate": 1e-3,
+        },
+    ],
     ids=["sgd_uniform", "adam_per_nstep"],
 )
 def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides) -> None:
@@ -274,8 +303,12 @@ def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides)
             t_big.collect_step()
         for name in ("obs", "actions", "rewards", "next_obs", "dones", "discounts"):
             assert torch.equal(getattr(t_acc.replay, name), getattr(t_big.replay, name))
-        _assert_lists_close(list(t_acc.agent.online_net.parameters()),
-                            list(t_big.agent.online_net.parameters()), rtol=0, atol=0)
+        _assert_lists_close(
+            list(t_acc.agent.online_net.parameters()),
+            list(t_big.agent.online_net.parameters()),
+            rtol=0,
+            atol=0,
+        )
         for _ in range(2):
             ma, mb = t_acc.train_step(), t_big.train_step()
             assert ma["effective_batch_size"] == mb["effective_batch_size"] == 256
@@ -283,8 +316,11 @@ def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides)
             assert ma["grad_norm_pre_clip"] == pytest.approx(mb["grad_norm_pre_clip"], rel=1e-5)
             # Adam's first steps are ~lr * sign(g): allow round-off in near-zero gradients.
             atol = 1e-5 * t_acc.hp.learning_rate if t_acc.hp.optimizer == "adam" else ATOL
-            _assert_lists_close(list(t_acc.agent.online_net.parameters()),
-                                list(t_big.agent.online_net.parameters()), atol=atol)
+            _assert_lists_close(
+                list(t_acc.agent.online_net.parameters()),
+                list(t_big.agent.online_net.parameters()),
+                atol=atol,
+            )
             if isinstance(t_acc.replay, PrioritizedReplayBuffer):
                 np.testing.assert_allclose(
                     t_acc.replay.tree.tree, t_big.replay.tree.tree, rtol=1e-4, atol=1e-7

@@ -94,9 +94,12 @@ def test_learning_starts_must_cover_effective_batch() -> None:
         "learning_starts must be at least the effective batch size 256 "
         "(batch_size * gradient_accumulation_steps), got: 255"
     )
-    assert DQNHyperparameters(
-        batch_size=32, gradient_accumulation_steps=8, learning_starts=256
-    ).learning_starts == 256
+    assert (
+        DQNHyperparameters(
+            batch_size=32, gradient_accumulation_steps=8, learning_starts=256
+        ).learning_starts
+        == 256
+    )
 
 
 def test_several_errors_stay_on_one_line() -> None:

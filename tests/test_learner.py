@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from foxhunt.batch import Batch, split_sizes
 from foxhunt.errors import ConfigError
-from foxhunt.learner import DQNAgent
+from foxhunt.learner import DQNAgent, resolve_device
 from foxhunt.trainer import DQNTrainer
 
 
@@ -52,8 +53,9 @@ class BackwardCounter:
 def test_one_backward_per_micro_batch_even_when_clipping(
     n_micro: int, hp_factory, agent_factory, batch_factory, monkeypatch
 ) -> None:
-    hp = hp_factory(max_grad_norm=1e-3, dueling=True, batch_size=16,
-                    gradient_accumulation_steps=n_micro)
+    hp = hp_factory(
+        max_grad_norm=1e-3, dueling=True, batch_size=16, gradient_accumulation_steps=n_micro
+    )
     agent = agent_factory(hp)
     counter = BackwardCounter(agent, monkeypatch)
     batch = batch_factory(16 * n_micro)
@@ -109,8 +111,9 @@ def test_no_clipping_leaves_gradients_untouched(
 def test_one_optimizer_and_scheduler_step_per_window(
     accum: int, hp_factory, agent_factory, batch_factory
 ) -> None:
-    hp = hp_factory(batch_size=8, gradient_accumulation_steps=accum, lr_schedule="linear",
-                    lr_decay_steps=10)
+    hp = hp_factory(
+        batch_size=8, gradient_accumulation_steps=accum, lr_schedule="linear", lr_decay_steps=10
+    )
     agent = agent_factory(hp)
     for window in range(1, 4):
         batch = batch_factory(8 * accum, seed=window)
@@ -127,8 +130,14 @@ def test_one_optimizer_and_scheduler_step_per_window(
 
 @pytest.mark.parametrize("accum", [1, 2, 4])
 def test_trainer_train_step_takes_exactly_one_step(accum: int, hp_factory) -> None:
-    hp = hp_factory(batch_size=8, gradient_accumulation_steps=accum, learning_starts=32,
-                    train_freq=1000, eval_interval=0, buffer_capacity=256)
+    hp = hp_factory(
+        batch_size=8,
+        gradient_accumulation_steps=accum,
+        learning_starts=32,
+        train_freq=1000,
+        eval_interval=0,
+        buffer_capacity=256,
+    )
     trainer = DQNTrainer(hp, "CartPole-v1")
     try:
         for _ in range(40):
@@ -187,8 +196,9 @@ def test_nonfinite_gradients_skip_the_step(hp_factory, agent_factory, batch_fact
             assert torch.equal(p, before)
         for i, p in enumerate(agent.params):
             for key, value in state[i].items():
-                assert torch.equal(torch.as_tensor(agent.optimizer.state[p][key]),
-                                   torch.as_tensor(value)), key
+                assert torch.equal(
+                    torch.as_tensor(agent.optimizer.state[p][key]), torch.as_tensor(value)
+                ), key
         assert agent.optimizer.param_groups[0]["lr"] == lr
         assert agent.scheduler.last_epoch == epoch
     # A finite window steps again and resets the consecutive counter (not the total).
@@ -234,8 +244,7 @@ def _train_steps(agent: DQNAgent, batch_factory, n: int, accum: int = 1, seed0: 
 def test_hard_target_sync_counted_in_optimizer_steps(
     hp_factory, agent_factory, batch_factory
 ) -> None:
-    hp = hp_factory(target_update_interval=3, tau=1.0, batch_size=16,
-                    gradient_accumulation_steps=4)
+    hp = hp_factory(target_update_interval=3, tau=1.0, batch_size=16, gradient_accumulation_steps=4)
     agent = agent_factory(hp)
     initial = _flat(agent.target_net.parameters())
     torch.testing.assert_close(initial, _flat(agent.online_net.parameters()), rtol=0, atol=0)
@@ -260,8 +269,9 @@ def test_polyak_target_update(hp_factory, agent_factory, batch_factory) -> None:
         _train_steps(agent, batch_factory, 1, seed0=s)
         online = _flat(agent.online_net.parameters())
         target = target + tau * (online - target)
-        torch.testing.assert_close(_flat(agent.target_net.parameters()), target, rtol=1e-6,
-                                   atol=1e-7)
+        torch.testing.assert_close(
+            _flat(agent.target_net.parameters()), target, rtol=1e-6, atol=1e-7
+        )
     assert agent.target_net.training is not None
     assert all(not p.requires_grad for p in agent.target_net.parameters())
 
@@ -294,8 +304,7 @@ LR_CASES: dict[str, tuple[dict[str, Any], list[float]]] = {
         [1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2],
     ),
     "warmup_linear": (
-        {"lr_schedule": "linear", "lr_warmup_steps": 2, "lr_decay_steps": 4,
-         "lr_final_ratio": 0.2},
+        {"lr_schedule": "linear", "lr_warmup_steps": 2, "lr_decay_steps": 4, "lr_final_ratio": 0.2},
         [0.5, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2],
     ),
     "cosine": (
@@ -303,8 +312,7 @@ LR_CASES: dict[str, tuple[dict[str, Any], list[float]]] = {
         [_cos(t, 4, 0.1) for t in range(7)],
     ),
     "warmup_cosine": (
-        {"lr_schedule": "cosine", "lr_warmup_steps": 3, "lr_decay_steps": 2,
-         "lr_final_ratio": 0.0},
+        {"lr_schedule": "cosine", "lr_warmup_steps": 3, "lr_decay_steps": 2, "lr_final_ratio": 0.0},
         [1 / 3, 2 / 3, 1.0, 1.0, 0.5, 0.0, 0.0],
     ),
     "step": (
@@ -322,8 +330,14 @@ LR_CASES: dict[str, tuple[dict[str, Any], list[float]]] = {
 def test_lr_schedule_per_optimizer_step(case: str, hp_factory, agent_factory, batch_factory):
     overrides, factors = LR_CASES[case]
     base_lr = 0.5
-    hp = hp_factory(optimizer="sgd", learning_rate=base_lr, max_grad_norm=None, batch_size=8,
-                    gradient_accumulation_steps=2, **overrides)
+    hp = hp_factory(
+        optimizer="sgd",
+        learning_rate=base_lr,
+        max_grad_norm=None,
+        batch_size=8,
+        gradient_accumulation_steps=2,
+        **overrides,
+    )
     agent = agent_factory(hp)
     for step, factor in enumerate(factors):
         for mb in batch_factory(16, seed=step).split([8, 8]):
@@ -362,3 +376,36 @@ def test_act_and_evaluation_mode(hp_factory, agent_factory) -> None:
         agent.online_net.reset_noise(torch.Generator().manual_seed(3))
         assert np.array_equal(agent.greedy_actions(obs), e1)  # noise off in evaluation
     assert agent.online_net.training
+
+
+def test_resolve_device_and_optimizers(hp_factory, agent_factory) -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"device must be available, got: 'cuda:1'"):
+            resolve_device("cuda:1")
+    kinds = {
+        "adam": torch.optim.Adam,
+        "adamw": torch.optim.AdamW,
+        "sgd": torch.optim.SGD,
+        "rmsprop": torch.optim.RMSprop,
+    }
+    for name, cls in kinds.items():
+        agent = agent_factory(hp_factory(optimizer=name, weight_decay=0.01))
+        assert type(agent.optimizer) is cls
+        assert agent.optimizer.param_groups[0]["weight_decay"] == 0.01
+
+
+def test_split_sizes_and_batch_split(batch_factory) -> None:
+    assert split_sizes(256, 4) == [64, 64, 64, 64]
+    assert split_sizes(10, 3) == [4, 3, 3]
+    with pytest.raises(ValueError, match="cannot split"):
+        split_sizes(3, 4)
+    batch = batch_factory(10)
+    parts = batch.split([4, 3, 3])
+    assert [len(p) for p in parts] == [4, 3, 3]
+    back = Batch.cat(parts)
+    for name in ("obs", "actions", "rewards", "next_obs", "dones", "discounts"):
+        assert torch.equal(getattr(back, name), getattr(batch, name))
+    with pytest.raises(ValueError, match="must be positive and sum to 10"):
+        batch.split([5, 4])

@@ -15,7 +15,10 @@ PROBS = torch.tensor([0.1, 0.2, 0.3, 0.25, 0.15])
 
 def _project(reward: float, discount: float, done: float, probs: torch.Tensor = PROBS):
     return losses.categorical_projection(
-        probs[None], torch.tensor([reward]), torch.tensor([discount]), torch.tensor([done]),
+        probs[None],
+        torch.tensor([reward]),
+        torch.tensor([discount]),
+        torch.tensor([done]),
         SUPPORT,
     )[0]
 
@@ -136,6 +139,4 @@ def test_td_target() -> None:
     disc = torch.tensor([0.9, 0.81, 0.5])
     done = torch.tensor([0.0, 1.0, 0.0])
     nxt = torch.tensor([10.0, 10.0, 4.0])
-    torch.testing.assert_close(
-        losses.td_target(r, disc, done, nxt), torch.tensor([10.0, 1.0, 0.0])
-    )
+    torch.testing.assert_close(losses.td_target(r, disc, done, nxt), torch.tensor([10.0, 1.0, 0.0]))

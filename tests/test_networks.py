@@ -20,9 +20,14 @@ COMBOS = list(
 
 def _net(hp_factory, *, dueling=False, dist="none", noisy=False, regime="off", n_atoms=5):
     hp = hp_factory(
-        dueling=dueling, distributional=dist, noisy_nets=noisy, n_atoms=n_atoms,
-        regime_conditional=regime != "off", regime_gating="soft" if regime == "soft" else "hard",
-        v_min=-3.0, v_max=3.0,
+        dueling=dueling,
+        distributional=dist,
+        noisy_nets=noisy,
+        n_atoms=n_atoms,
+        regime_conditional=regime != "off",
+        regime_gating="soft" if regime == "soft" else "hard",
+        v_min=-3.0,
+        v_max=3.0,
     )
     torch.manual_seed(0)
     return QNetwork(OBS, ACT, hp, n_regimes=K if regime != "off" else 0)
@@ -47,13 +52,14 @@ def test_output_shapes(hp_factory, dueling: bool, dist: str, noisy: bool, regime
     assert q.shape == (10, ACT) and q.dtype == torch.float32 and torch.isfinite(q).all()
     assert net.is_noisy == noisy
     n_heads = K if regime != "off" else 1
-    assert len(net.adv_heads) == n_heads
-    assert (net.value_heads is not None) == dueling
+    n_out = 1 if dist == "none" else 5
+    assert net.n_heads == n_heads
+    assert net.adv_head.out_features == n_heads * ACT * n_out
+    assert (net.value_head is not None) == dueling
+    assert net.head_outputs(net.torso(_obs(10))).shape == (10, n_heads, ACT, n_out)
     if dist == "c51":  # expected value lies inside the support
         assert q.min() >= -3.0 and q.max() <= 3.0
-        torch.testing.assert_close(
-            q, (out.softmax(-1) * torch.linspace(-3, 3, 5)).sum(-1)
-        )
+        torch.testing.assert_close(q, (out.softmax(-1) * torch.linspace(-3, 3, 5)).sum(-1))
     if dist == "qr":
         torch.testing.assert_close(q, out.mean(-1))
 
@@ -65,8 +71,8 @@ def test_dueling_identity(hp_factory, dist: str) -> None:
     out = net(x)
     h = net.torso(x)
     n_out = 1 if dist == "none" else 5
-    value = net.value_heads[0](h).view(8, 1, n_out)
-    adv = net.adv_heads[0](h).view(8, ACT, n_out)
+    value = net.value_head(h).view(8, 1, n_out)
+    adv = net.adv_head(h).view(8, ACT, n_out)
     out3 = out.view(8, ACT, n_out)
     # Q - V is the centred advantage: its mean over actions is zero, and it equals A - mean(A).
     torch.testing.assert_close(out3.mean(dim=1, keepdim=True), value, rtol=1e-5, atol=1e-6)
@@ -118,36 +124,52 @@ def test_network_noise_reset_and_eval(hp_factory) -> None:
     torch.testing.assert_close(net(x), e1)
 
 
+def _manual_heads(net: QNetwork, x: torch.Tensor) -> list[torch.Tensor]:
+    """Per-regime outputs [B, A, N] computed from the fused layers' row blocks, head by head."""
+    h = net.torso(x)
+    n_out, heads = net.n_out, []
+    for k in range(net.n_heads):
+        rows = slice(k * ACT * n_out, (k + 1) * ACT * n_out)
+        adv = F.linear(h, net.adv_head.weight[rows], net.adv_head.bias[rows]).view(-1, ACT, n_out)
+        if net.value_head is not None:
+            vrows = slice(k * n_out, (k + 1) * n_out)
+            v = F.linear(h, net.value_head.weight[vrows], net.value_head.bias[vrows])
+            adv = v.view(-1, 1, n_out) + adv - adv.mean(dim=1, keepdim=True)
+        heads.append(adv)
+    return heads
+
+
 @pytest.mark.parametrize("dist", ["none", "c51"])
 def test_hard_gating_selects_the_head(hp_factory, dist: str) -> None:
     net = _net(hp_factory, regime="hard", dist=dist, dueling=True)
+    n_out = net.n_out
     x = _obs(6, one_hot=1)
     base = net(x).detach().clone()
     with torch.no_grad():
-        for i in (0, 2):
-            net.adv_heads[i].weight[0].add_(1.0)  # one action's row: survives the centring
-            net.value_heads[i].bias.add_(3.0)
+        for k in (0, 2):  # one action's row of heads 0 and 2 (survives the dueling centring)
+            net.adv_head.weight[k * ACT * n_out].add_(1.0)
+            net.value_head.bias[k * n_out : (k + 1) * n_out].add_(3.0)
     torch.testing.assert_close(net(x), base)  # other heads do not matter
     with torch.no_grad():
-        net.adv_heads[1].weight[0].add_(0.5)
+        net.adv_head.weight[1 * ACT * n_out].add_(0.5)
     assert not torch.allclose(net(x), base)
     # Soft probabilities under hard gating: the argmax regime's head is used.
     xs = _obs(6, seed=3)
-    h = net.torso(xs)
     sel = xs[:, -K:].argmax(dim=1)
-    heads = torch.stack([net._head_out(i, h) for i in range(K)], dim=1)
+    assert len(set(sel.tolist())) > 1
+    heads = torch.stack(_manual_heads(net, xs), dim=1)
     expected = heads[torch.arange(6), sel]
     expected = expected.squeeze(-1) if dist == "none" else expected
     torch.testing.assert_close(net(xs), expected)
 
 
-def test_soft_gating_mixes_heads(hp_factory) -> None:
-    net = _net(hp_factory, regime="soft", dist="none")
+@pytest.mark.parametrize("dueling", [False, True])
+def test_soft_gating_mixes_heads(hp_factory, dueling: bool) -> None:
+    net = _net(hp_factory, regime="soft", dist="qr", dueling=dueling)
     x = _obs(6, seed=2)
-    h = net.torso(x)
     probs = x[:, -K:]
-    per_head = [net.adv_heads[i](h) for i in range(K)]
-    expected = sum(probs[:, i : i + 1] * per_head[i] for i in range(K))
+    per_head = _manual_heads(net, x)
+    expected = sum(probs[:, k, None, None] * per_head[k] for k in range(K))
     torch.testing.assert_close(net(x), expected)
 
 
@@ -158,4 +180,4 @@ def test_regime_config_errors(hp_factory) -> None:
     with pytest.raises(ValueError, match="exceeds the observation size"):
         QNetwork(2, ACT, hp, n_regimes=3)
     # Without regime_conditional, n_regimes is ignored (one head).
-    assert len(QNetwork(OBS, ACT, hp_factory(), n_regimes=3).adv_heads) == 1
+    assert QNetwork(OBS, ACT, hp_factory(), n_regimes=3).n_heads == 1

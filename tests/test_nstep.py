@@ -19,16 +19,26 @@ def _o(*values: float) -> np.ndarray:
 
 def _push(acc: NStepAccumulator, obs, actions, rewards, next_obs, term, trunc) -> Transitions:
     return acc.push(
-        _o(*obs), np.asarray(actions), np.asarray(rewards, np.float64), _o(*next_obs),
-        np.asarray(term, bool), np.asarray(trunc, bool),
+        _o(*obs),
+        np.asarray(actions),
+        np.asarray(rewards, np.float64),
+        _o(*next_obs),
+        np.asarray(term, bool),
+        np.asarray(trunc, bool),
     )
 
 
 def _rows(tr: Transitions) -> list[tuple[float, int, float, float, float, float]]:
     """(obs, action, return, next_obs, done, discount) per emitted transition."""
     return [
-        (float(tr.obs[i, 0]), int(tr.actions[i]), float(tr.rewards[i]), float(tr.next_obs[i, 0]),
-         float(tr.dones[i]), float(tr.discounts[i]))
+        (
+            float(tr.obs[i, 0]),
+            int(tr.actions[i]),
+            float(tr.rewards[i]),
+            float(tr.next_obs[i, 0]),
+            float(tr.dones[i]),
+            float(tr.discounts[i]),
+        )
         for i in range(len(tr.actions))
     ]
 
@@ -106,8 +116,15 @@ def test_random_episodes_match_reference(n: int) -> None:
             r = float(rng.integers(-5, 6))
             episode.append((state, r))
             last = t == length - 1
-            tr = _push(acc, [state], [0], [r], [state + 1], [last and terminated],
-                       [last and not terminated])
+            tr = _push(
+                acc,
+                [state],
+                [0],
+                [r],
+                [state + 1],
+                [last and terminated],
+                [last and not terminated],
+            )
             got += [(o, ret, no, d, g) for o, _, ret, no, d, g in _rows(tr)]
             state += 1
         want += _reference_nstep(episode, state, terminated, n)
@@ -119,8 +136,14 @@ def test_random_episodes_match_reference(n: int) -> None:
 def test_n1_is_a_passthrough() -> None:
     acc = NStepAccumulator(1, 0.9, 2)
     obs, nxt = _o(1, 2), _o(3, 4)
-    tr = acc.push(obs, np.array([1, 0]), np.array([0.5, -1.0]), nxt,
-                  np.array([True, False]), np.array([False, True]))
+    tr = acc.push(
+        obs,
+        np.array([1, 0]),
+        np.array([0.5, -1.0]),
+        nxt,
+        np.array([True, False]),
+        np.array([False, True]),
+    )
     np.testing.assert_array_equal(tr.obs, obs)
     np.testing.assert_array_equal(tr.next_obs, nxt)
     np.testing.assert_array_equal(tr.actions, [1, 0])
@@ -143,8 +166,14 @@ def test_pending_obs_is_not_aliased_to_a_reused_buffer() -> None:
 def test_state_round_trip_mid_episode() -> None:
     rng = np.random.default_rng(0)
     steps = [
-        (_o(*rng.normal(size=2)), rng.integers(0, 3, 2), rng.normal(size=2), _o(*rng.normal(size=2)),
-         np.array([t == 5, False]), np.array([False, t == 7]))
+        (
+            _o(*rng.normal(size=2)),
+            rng.integers(0, 3, 2),
+            rng.normal(size=2),
+            _o(*rng.normal(size=2)),
+            np.array([t == 5, False]),
+            np.array([False, t == 7]),
+        )
         for t in range(12)
     ]
     a = NStepAccumulator(4, 0.9, 2)

@@ -1,4 +1,4 @@
-"""Sum tree, uniform and prioritized replay: exact sums, sampling laws, weights, state round trips."""
+"""Sum tree, uniform and prioritized replay: exact sums, sampling law, weights, state round trip."""
 
 from __future__ import annotations
 
@@ -21,8 +21,12 @@ def _fill(buf: ReplayBuffer, n: int, seed: int = 0, chunk: int = 7) -> None:
         ids = np.arange(start, start + k)
         obs = np.repeat(ids[:, None], buf.obs_shape[0], axis=1).astype(np.float32)
         buf.add(
-            obs, rng.integers(0, 3, k), rng.normal(size=k), obs + 0.5,
-            (rng.random(k) < 0.1).astype(np.float32), np.full(k, 0.9),
+            obs,
+            rng.integers(0, 3, k),
+            rng.normal(size=k),
+            obs + 0.5,
+            (rng.random(k) < 0.1).astype(np.float32),
+            np.full(k, 0.9),
         )
         start += k
 
@@ -130,6 +134,16 @@ def test_per_weights_formula_and_indices() -> None:
     assert batch.weights.max().item() == pytest.approx(1.0)
     # Rows really are the indexed slots (obs[i] == i by construction).
     np.testing.assert_array_equal(batch.obs[:, 0].numpy(), idx.astype(np.float32))
+    # normalize=False hands back the raw (N P)^-beta for a caller normalising over more samples.
+    state = buf.rng.bit_generator.state
+    raw = buf.sample(32, beta=beta, normalize=False)
+    buf.rng.bit_generator.state = state
+    normed = buf.sample(32, beta=beta)
+    assert torch.equal(raw.indices, normed.indices)
+    np.testing.assert_allclose(
+        raw.weights.numpy(), (40 * probs[raw.indices.numpy()]) ** -beta, rtol=1e-5
+    )
+    torch.testing.assert_close(normed.weights, raw.weights / raw.weights.max())
 
 
 def test_per_new_transitions_get_max_priority_and_updates() -> None:
@@ -144,7 +158,9 @@ def test_per_new_transitions_get_max_priority_and_updates() -> None:
     assert buf.max_priority == pytest.approx(3.01)
     _fill(buf, 2)
     np.testing.assert_allclose(buf.tree.get(np.array([3, 4])), 3.01**alpha, rtol=1e-12)
-    assert buf.tree.total == pytest.approx(2 * 3.01**alpha + 0.01**alpha + 0.51**alpha + 3.01**alpha)
+    assert buf.tree.total == pytest.approx(
+        2 * 3.01**alpha + 0.01**alpha + 0.51**alpha + 3.01**alpha
+    )
     with pytest.raises(ValueError, match="finite"):
         buf.update_priorities(np.array([0]), np.array([np.nan]))
 

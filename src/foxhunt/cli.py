@@ -1,8 +1,8 @@
-"""``foxhunt`` command line: train · resume · evaluate · report · hyperopt · data synth.
+"""``foxhunt`` command line: train · resume · evaluate · report · hyperopt · ensemble · data.
 
 User errors (bad config, data, checkpoint, arguments) print ONE line to stderr and exit 2;
-nothing is written for a run whose inputs fail validation, because every input is checked before the run
-directory is created.
+nothing is written for a run whose inputs fail validation, because every input is checked
+before the run directory is created.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import shutil
 import sys
 from collections.abc import Sequence
@@ -50,6 +51,21 @@ def _non_negative_int(name: str):  # type: ignore[no-untyped-def]
             raise argparse.ArgumentTypeError(f"{name} must be an integer, got: {text!r}") from None
         if value < 0:
             raise argparse.ArgumentTypeError(f"{name} must be at least 0, got: {value}")
+        return value
+
+    return parse
+
+
+def _finite_float(name: str, minimum: float | None = None):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be finite, got: {text!r}")
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, got: {value}")
         return value
 
     return parse
@@ -99,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
     e.add_argument("--split", default="test", help="train, validation, test or all (default test)")
     e.add_argument(
+        "--model",
+        default="best",
+        choices=("best", "final"),
+        help="best: weights of the best evaluation during training (default); final: last",
+    )
+    e.add_argument(
         "--episodes",
         type=_positive_int("--episodes"),
         default=10,
@@ -117,7 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--trials", type=_positive_int("--trials"), default=20)
     h.add_argument("--total-steps", type=_positive_int("--total-steps"))
     h.add_argument(
-        "--storage", help="Optuna storage URL (e.g. sqlite:///study.db) to share a study"
+        "--storage",
+        help="Optuna storage shared by every worker: sqlite:///study.db, a database URL, "
+        "or journal:PATH",
+    )
+    h.add_argument(
+        "--sampler-seed",
+        type=_non_negative_int("--sampler-seed"),
+        help="TPE sampler seed (give each parallel worker its own, or none)",
     )
     h.add_argument("--study-name", default="foxhunt")
     h.add_argument("--run-dir", help="where to write the best configuration")
@@ -129,6 +158,63 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--seed", type=_non_negative_int("--seed"), default=0)
     s.add_argument("--bars", type=_positive_int("--bars"))
+    ens = sub.add_parser(
+        "ensemble", help="train and evaluate ensembles of independently seeded agents"
+    )
+    esub = ens.add_subparsers(dest="ensemble_command", required=True, parser_class=_Parser)
+    et = esub.add_parser(
+        "train", help="train N members with seeds seed..seed+N-1 into RUN_DIR/member-i"
+    )
+    et.add_argument(
+        "--members", type=_positive_int("--members"), default=5, help="members (at least 2)"
+    )
+    et.add_argument("--env", help="Gymnasium env id with discrete actions (e.g. CartPole-v1)")
+    et.add_argument("--data", help="OHLCV file (CSV or Parquet) to train the trading agents on")
+    et.add_argument("--config", help="YAML file of hyperparameters (flat or sectioned)")
+    et.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
+    et.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hyperparameter (or trading.X / market.X); repeatable",
+    )
+    et.add_argument(
+        "--total-steps", type=_positive_int("--total-steps"), help="environment steps per member"
+    )
+    et.add_argument("--run-dir", help="output directory (default: runs/<time>-<env>-ensemble)")
+    et.add_argument("--seed", type=_non_negative_int("--seed"), help="seed of member 0")
+    et.add_argument("--no-progress", action="store_true", help="no live progress display")
+    et.add_argument("--force", action="store_true", help="replace an existing run directory")
+    ee = esub.add_parser(
+        "evaluate", help="backtest (trading) or score (Gymnasium) an ensemble run directory"
+    )
+    ee.add_argument("run_dir")
+    ee.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
+    ee.add_argument("--split", default="test", help="train, validation, test or all (default test)")
+    ee.add_argument(
+        "--episodes",
+        type=_positive_int("--episodes"),
+        default=10,
+        help="greedy episodes (Gymnasium envs only)",
+    )
+    ee.add_argument(
+        "--risk-aversion",
+        type=_finite_float("--risk-aversion"),
+        default=0.0,
+        help="act on argmax(mean - K * std) of member Q-values (default 0: the mean)",
+    )
+    ee.add_argument(
+        "--max-std",
+        type=_finite_float("--max-std", minimum=0.0),
+        help="take the fallback action when the chosen action's Q std exceeds this",
+    )
+    ee.add_argument(
+        "--fallback-action",
+        type=_non_negative_int("--fallback-action"),
+        help="action index taken above --max-std (default for trading: the flat position)",
+    )
     return p
 
 
@@ -189,7 +275,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from foxhunt.session import evaluate_run
 
-    out = evaluate_run(Path(args.run_dir), data=args.data, split=args.split, episodes=args.episodes)
+    if (Path(args.run_dir) / "ensemble.json").is_file():
+        from foxhunt.ensemble import evaluate_ensemble
+
+        out = evaluate_ensemble(
+            Path(args.run_dir), split=args.split, data=args.data, episodes=args.episodes
+        )
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    out = evaluate_run(
+        Path(args.run_dir),
+        data=args.data,
+        split=args.split,
+        model=args.model,
+        episodes=args.episodes,
+    )
     print(json.dumps(out, indent=2, default=str))
     return 0
 
@@ -220,6 +320,7 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
         n_trials=args.trials,
         storage=args.storage,
         study_name=args.study_name,
+        sampler_seed=args.sampler_seed,
         run_dir=Path(args.run_dir) if args.run_dir else None,
     )
     print(json.dumps(best, indent=2))
@@ -235,6 +336,46 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ensemble(args: argparse.Namespace) -> int:
+    from foxhunt.ensemble import evaluate_ensemble, train_ensemble
+    from foxhunt.runs import build_spec
+
+    if args.ensemble_command == "evaluate":
+        out = evaluate_ensemble(
+            Path(args.run_dir),
+            split=args.split,
+            risk_aversion=args.risk_aversion,
+            max_std=args.max_std,
+            fallback_action=args.fallback_action,
+            data=args.data,
+            episodes=args.episodes,
+        )
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    if args.members < 2:
+        raise ConfigError(f"--members must be at least 2, got: {args.members}")
+    if args.data is not None and not Path(args.data).exists():
+        raise FoxhuntError(f"--data file not found: {args.data}")
+    spec = build_spec(
+        env=args.env,
+        data=args.data,
+        config_file=args.config,
+        preset_name=args.preset,
+        overrides=_overrides(args.overrides),
+        total_steps=args.total_steps,
+        seed=args.seed,
+    )
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+    else:
+        default = _default_run_dir(spec)
+        run_dir = default.with_name(default.name + "-ensemble")
+    _prepare_run_dir(run_dir, args.force)
+    paths = train_ensemble(spec, run_dir, args.members, progress=not args.no_progress)
+    print(f"foxhunt: ensemble of {len(paths)} members written to {run_dir}")
+    return 0
+
+
 COMMANDS = {
     "train": cmd_train,
     "resume": cmd_resume,
@@ -242,6 +383,7 @@ COMMANDS = {
     "report": cmd_report,
     "hyperopt": cmd_hyperopt,
     "data": cmd_data,
+    "ensemble": cmd_ensemble,
 }
 
 

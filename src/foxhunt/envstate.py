@@ -66,23 +66,90 @@ def get_env_state(env: gym.Env) -> dict[str, Any] | None:
     return {"wrappers": wrappers, "base": base_state}
 
 
-def set_env_state(env: gym.Env, state: dict[str, Any]) -> None:
-    """Restore what :func:`get_env_state` captured."""
+def _compatible(current: Any, new: Any) -> bool:
+    """Whether ``new`` may replace ``current``: same kind of value; arrays of equal shape/dtype."""
+    if isinstance(current, np.ndarray):
+        return (
+            isinstance(new, np.ndarray)
+            and new.shape == current.shape
+            and new.dtype == current.dtype
+        )
+    if isinstance(current, bool) or isinstance(new, bool):
+        return type(current) is type(new)
+    numeric = (int, float, np.integer, np.floating)
+    if current is None or isinstance(current, numeric):
+        # Counters such as ``_elapsed_steps`` or ``steps_beyond_terminated`` are None until set.
+        return new is None or isinstance(new, numeric)
+    return type(new) is type(current)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape} {value.dtype}"
+    return f"a {type(value).__name__}"
+
+
+def set_env_state(env: gym.Env, state: dict[str, Any], *, where: str = "env") -> None:
+    """Restore what :func:`get_env_state` captured, into an env that has been reset once.
+
+    The state comes from a checkpoint file, so it is checked completely before anything is set:
+    only the attributes :func:`get_env_state` writes, each of the same kind (arrays: same shape and
+    dtype) as the env's own value. A malformed state raises :class:`CheckpointError` naming the
+    attribute and leaves the env unchanged, instead of crashing inside ``env.step`` later.
+    """
+    from foxhunt.errors import CheckpointError
+
+    def fail(field: str, message: str) -> CheckpointError:
+        name = f"{where}.{field}" if field else where
+        return CheckpointError(f"checkpoint environment state {name} {message}")
+
     chain = _chain(env)
     base = chain[-1]
-    for w, attrs in zip(chain[:-1], state["wrappers"], strict=True):
-        for k, v in attrs.items():
-            setattr(w, k, _decode(v))
-    b = state["base"]
-    if b.get("np_random") is not None:
+    if not isinstance(state, dict) or set(state) != {"wrappers", "base"}:
+        raise fail("", f"must have keys ['base', 'wrappers'], got: {state!r:.80}")
+    wrappers, b = state["wrappers"], state["base"]
+    if not isinstance(wrappers, list) or len(wrappers) != len(chain) - 1:
+        raise fail("wrappers", f"must list {len(chain) - 1} wrappers, got: {wrappers!r:.80}")
+    if not isinstance(b, dict) or set(b) not in ({"attrs", "np_random"}, {"custom", "np_random"}):
+        raise fail("base", f"must have keys attrs/custom and np_random, got: {b!r:.80}")
+    plan: list[tuple[Any, str, Any]] = []
+    targets = [
+        (w, attrs, _WRAPPER_ATTRS, f"wrappers[{i}]")
+        for i, (w, attrs) in enumerate(zip(chain[:-1], wrappers, strict=True))
+    ]
+    if "attrs" in b:
+        targets.append((base, b["attrs"], _BASE_ATTRS, "base"))
+    for obj, attrs, allowed, label in targets:
+        if not isinstance(attrs, dict):
+            raise fail(label, f"must be a mapping, got: {attrs!r:.80}")
+        for k, raw in attrs.items():
+            if k not in allowed or not hasattr(obj, k):
+                raise fail(f"{label}.{k}", f"is not restorable (value {raw!r:.60})")
+            try:
+                value = _decode(raw)
+            except (TypeError, ValueError, KeyError, OverflowError) as err:
+                raise fail(f"{label}.{k}", f"is malformed ({err}): {raw!r:.80}") from None
+            current = getattr(obj, k)
+            if not _compatible(current, value):
+                raise fail(
+                    f"{label}.{k}",
+                    f"must be {_describe(current)}, got: {_describe(value)} {raw!r:.80}",
+                )
+            plan.append((obj, k, value))
+    rng = None
+    if b["np_random"] is not None:
         rng = np.random.Generator(np.random.PCG64())
-        rng.bit_generator.state = b["np_random"]
-        base._np_random = rng  # type: ignore[attr-defined]
+        try:
+            rng.bit_generator.state = b["np_random"]
+        except (TypeError, ValueError, KeyError, OverflowError) as err:
+            raise fail("base.np_random", f"is malformed ({err})") from None
+    # Everything checked: apply (a custom env validates its own state in ``set_state``).
     if "custom" in b:
         base.set_state(b["custom"])  # type: ignore[attr-defined]
-    else:
-        for k, v in b["attrs"].items():
-            setattr(base, k, _decode(v))
+    if rng is not None:
+        base._np_random = rng  # type: ignore[attr-defined]
+    for obj, k, value in plan:
+        setattr(obj, k, value)
 
 
 def get_vector_env_state(envs: gym.vector.VectorEnv) -> list[dict[str, Any]] | None:
@@ -95,5 +162,14 @@ def get_vector_env_state(envs: gym.vector.VectorEnv) -> list[dict[str, Any]] | N
 
 
 def set_vector_env_state(envs: gym.vector.VectorEnv, states: list[dict[str, Any]]) -> None:
-    for e, s in zip(envs.envs, states, strict=True):  # type: ignore[attr-defined]
-        set_env_state(e, s)
+    """Restore every sub-env's state (checked first: the count must match the run's envs)."""
+    from foxhunt.errors import CheckpointError
+
+    subs = envs.envs  # type: ignore[attr-defined]
+    if not isinstance(states, list) or len(states) != len(subs):
+        got = len(states) if isinstance(states, list) else type(states).__name__
+        raise CheckpointError(
+            f"checkpoint holds states for {got} environments, the run has {len(subs)}"
+        )
+    for i, (e, s) in enumerate(zip(subs, states, strict=True)):
+        set_env_state(e, s, where=f"envs[{i}]")

@@ -44,6 +44,8 @@ class MarketSpec(BaseModel):
     """Chronological share of bars used for training (and for fitting features and regimes)."""
     validation_fraction: float = Field(0.15, ge=0.0, lt=1.0)
     """Share of bars after the training span used for evaluation during training."""
+    features: tuple[str, ...] | None = None
+    """Feature columns the agent observes (None = all; () = regime probabilities only)."""
 
 
 class RunSpec(BaseModel):
@@ -237,7 +239,25 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
         n_regimes=m.n_regimes,
         seed=spec.hyperparameters.seed,
     )
+    if m.features is not None:
+        market = select_features(market, m.features)
     return TradingSetup(market=market, train_end=train_end, val_end=val_end, config=config)
+
+
+def select_features(market: Any, names: tuple[str, ...]) -> Any:
+    """Keep only the named feature columns (errors list what is available)."""
+    import dataclasses
+
+    available = list(market.feature_names)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ConfigError(
+            f"market.features has unknown feature {unknown[0]!r}; available: {', '.join(available)}"
+        )
+    idx = [available.index(n) for n in names]
+    return dataclasses.replace(
+        market, features=market.features[:, idx], feature_names=tuple(names)
+    )
 
 
 def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
@@ -258,12 +278,17 @@ def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
 
 
 # --- the final model
-def save_model(run_dir: Path, agent: Any, spec: RunSpec) -> None:
-    """The greedy policy: online-net weights (safetensors) and what rebuilds it (JSON)."""
+def save_model(
+    run_dir: Path, agent: Any, spec: RunSpec, best_state: dict[str, torch.Tensor] | None = None
+) -> None:
+    """The greedy policy: final (and best-evaluated) online weights in safetensors + JSON meta."""
     from safetensors.torch import save as st_save
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in agent.online_net.state_dict().items()}
     atomic_write_bytes(run_dir / "model.safetensors", st_save(tensors))
+    if best_state is not None:
+        best = {k: v.detach().cpu().contiguous() for k, v in best_state.items()}
+        atomic_write_bytes(run_dir / "best_model.safetensors", st_save(best))
     meta = {
         "format": "foxhunt-model",
         "format_version": 1,
@@ -275,14 +300,22 @@ def save_model(run_dir: Path, agent: Any, spec: RunSpec) -> None:
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
 
-def load_model(run_dir: Path) -> Any:
-    """Rebuild the greedy agent saved by :func:`save_model` (weights checked key by key)."""
+def load_model(run_dir: Path, which: str = "best") -> Any:
+    """Rebuild the greedy agent saved by :func:`save_model` (weights checked key by key).
+
+    ``which="best"`` takes the weights of the best evaluation when the run kept them (falling
+    back to the final weights), ``"final"`` the weights at the end of training.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from foxhunt.learner import DQNAgent
 
+    if which not in ("best", "final"):
+        raise ConfigError(f"model must be 'best' or 'final', got: {which!r}")
     meta_path, weights = run_dir / "model.json", run_dir / "model.safetensors"
+    if which == "best" and (run_dir / "best_model.safetensors").is_file():
+        weights = run_dir / "best_model.safetensors"
     for p in (meta_path, weights):
         if not p.is_file():
             raise FoxhuntError(f"run directory has no trained model: {p} is missing")

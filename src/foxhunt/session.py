@@ -42,7 +42,7 @@ def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTraine
 
 
 def _finish(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, summary: dict[str, Any]) -> None:
-    save_model(run_dir, trainer.agent, spec)
+    save_model(run_dir, trainer.agent, spec, best_state=trainer.best_state)
     summary = {**summary, "health": [e.__dict__ for e in trainer.health.events]}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2, default=float))
 
@@ -132,11 +132,20 @@ def resume_training(
 
 
 def evaluate_run(
-    run_dir: Path, *, data: str | None = None, split: str = "test", episodes: int = 10
+    run_dir: Path,
+    *,
+    data: str | None = None,
+    split: str = "test",
+    episodes: int = 10,
+    model: str = "best",
 ) -> dict[str, Any]:
-    """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run."""
+    """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run.
+
+    ``model`` picks the best-evaluated weights (model selection on the validation span) or the
+    final ones.
+    """
     spec = load_spec(run_dir)
-    agent = load_model(run_dir)
+    agent = load_model(run_dir, model)
     act = model_policy(agent)
     if not spec.is_trading:
         import gymnasium as gym

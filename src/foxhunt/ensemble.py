@@ -1,0 +1,469 @@
+"""Ensembles of Q-networks: mean and spread of member Q-values, and policies that use the spread.
+
+Independently seeded DQN members trained on the same task disagree where their data says little;
+the spread of their Q-values is a cheap epistemic-uncertainty signal (Osband et al. 2016, "Deep
+Exploration via Bootstrapped DQN"; Lakshminarayanan et al. 2017, "Deep Ensembles").
+Acting on ``mean - risk_aversion * std`` is a lower-confidence-bound policy: it prefers actions the
+members agree are good over actions only some of them like. In trading, standing aside (the flat
+position) when the chosen action's std is too high skips bets the members cannot agree on.
+
+Conventions: Q-values are returned as NumPy ``float64`` arrays of shape ``[B, A]`` (host values a
+policy, a backtest or a report consumes directly). ``std`` is the population standard deviation
+over members (``ddof=0``): the members *are* the ensemble, not a sample of it, and a one-member
+ensemble then has std 0 rather than NaN. Every member is evaluated with its online net in eval
+mode (noisy layers use their mean weights), and its train/eval mode is restored afterwards.
+
+An ensemble run directory holds ``config.yaml`` (the base spec), ``ensemble.json`` (the member list)
+and one full run directory per member, ``member-{i}``, trained with seed ``seed + i``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from foxhunt._io import atomic_write_text
+from foxhunt.errors import ConfigError, FoxhuntError
+from foxhunt.learner import DQNAgent
+from foxhunt.runs import RunSpec, load_model, load_spec
+
+ENSEMBLE_FILE = "ensemble.json"
+ENSEMBLE_FORMAT = "foxhunt-ensemble"
+ENSEMBLE_FORMAT_VERSION = 1
+# The same episode seeds as foxhunt.session.evaluate_run, so ensemble and single-run scores compare.
+_EVAL_SEED_OFFSET = 2_000_003
+
+
+@dataclass(frozen=True)
+class EnsembleDecision:
+    """What the ensemble chose for a batch of observations, and how sure it was."""
+
+    actions: np.ndarray
+    """``[B]`` int64 actions taken (after any fallback)."""
+    chosen: np.ndarray
+    """``[B]`` int64 argmax of ``mean - risk_aversion * std`` (before any fallback)."""
+    chosen_std: np.ndarray
+    """``[B]`` std over members of the Q-value of ``chosen``."""
+    disagreement: np.ndarray
+    """``[B]`` share of members whose own greedy action differs from ``chosen``."""
+    fell_back: np.ndarray
+    """``[B]`` bool: ``chosen_std > max_std`` so the fallback action was taken."""
+    mean: np.ndarray
+    """``[B, A]`` mean Q over members."""
+    std: np.ndarray
+    """``[B, A]`` std of Q over members."""
+
+
+def _check_finite(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got: {value!r}")
+    return float(value)
+
+
+def _lcb_argmax(mean: np.ndarray, std: np.ndarray, risk_aversion: float) -> np.ndarray:
+    """argmax of the lower confidence bound ``mean - risk_aversion * std`` (ties: lowest index)."""
+    return np.argmax(mean - risk_aversion * std, axis=1)
+
+
+class QEnsemble:
+    """Several trained :class:`~foxhunt.learner.DQNAgent` members acting as one policy.
+
+    Members must share the observation size, the number of actions and (when regime-conditional)
+    the number of regimes; anything else (network width, dueling, C51/QR heads, noisy nets) may
+    differ, since every head is reduced to expected Q-values first. ``names`` label the members in
+    error messages and reports (default ``member-{i}``).
+    """
+
+    def __init__(self, agents: Sequence[DQNAgent], *, names: Sequence[str] | None = None) -> None:
+        agents = list(agents)
+        if not agents:
+            raise ConfigError("agents must hold at least one DQNAgent, got: 0")
+        labels = [str(n) for n in names] if names is not None else None
+        if labels is None:
+            labels = [f"member-{i}" for i in range(len(agents))]
+        if len(labels) != len(agents):
+            raise ConfigError(f"names must give one name per agent ({len(agents)}), got: {labels}")
+        for label, agent in zip(labels, agents, strict=True):
+            if not isinstance(agent, DQNAgent):
+                raise ConfigError(
+                    f"ensemble member {label} must be a DQNAgent, got: {type(agent).__name__}"
+                )
+        ref, ref_label = agents[0], labels[0]
+        regime_ref: tuple[str, int] | None = None
+        for label, agent in zip(labels, agents, strict=True):
+            if agent.obs_dim != ref.obs_dim:
+                raise ConfigError(
+                    f"ensemble member {label}: obs_dim must equal {ref_label}'s {ref.obs_dim}, "
+                    f"got: {agent.obs_dim}"
+                )
+            if agent.n_actions != ref.n_actions:
+                raise ConfigError(
+                    f"ensemble member {label}: n_actions must equal {ref_label}'s "
+                    f"{ref.n_actions}, got: {agent.n_actions}"
+                )
+            k = agent.online_net.n_regimes
+            if k:
+                # Same obs size but a different regime count means a different observation layout.
+                if regime_ref is not None and k != regime_ref[1]:
+                    raise ConfigError(
+                        f"ensemble member {label}: n_regimes must equal {regime_ref[0]}'s "
+                        f"{regime_ref[1]}, got: {k}"
+                    )
+                regime_ref = regime_ref or (label, k)
+        self.agents: list[DQNAgent] = agents
+        self.names: list[str] = labels
+        self.obs_dim: int = ref.obs_dim
+        self.n_actions: int = ref.n_actions
+
+    def __len__(self) -> int:
+        return len(self.agents)
+
+    # --- construction from disk
+    @classmethod
+    def from_run_dirs(cls, paths: Sequence[str | Path]) -> QEnsemble:
+        """Load each run directory's final model (``model.safetensors`` + ``model.json``)."""
+        dirs = [Path(p) for p in paths]
+        if not dirs:
+            raise ConfigError("paths must name at least one run directory, got: 0")
+        return cls([load_model(d) for d in dirs], names=[str(d) for d in dirs])
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> QEnsemble:
+        """Load the members an ensemble run directory's ``ensemble.json`` lists."""
+        run_dir = Path(run_dir)
+        members = read_manifest(run_dir)
+        agents = [load_model(run_dir / m["path"]) for m in members]
+        return cls(agents, names=[m["path"] for m in members])
+
+    # --- values
+    def _batch(self, obs: Any) -> np.ndarray:
+        """Observations as ``[B, obs_dim]`` float32; one observation becomes a batch of one."""
+        x = np.asarray(obs, dtype=np.float32)
+        if x.ndim >= 2 and math.prod(x.shape[1:]) == self.obs_dim:
+            return x.reshape(x.shape[0], self.obs_dim)
+        if x.size == self.obs_dim:
+            return x.reshape(1, self.obs_dim)
+        raise ConfigError(
+            f"obs must hold {self.obs_dim} values per observation, got shape: {tuple(x.shape)}"
+        )
+
+    def member_q_values(self, obs: Any) -> np.ndarray:
+        """``[M, B, A]`` float64 expected Q-values of every member (eval mode, noise off)."""
+        x = self._batch(obs)
+        out = np.empty((len(self.agents), x.shape[0], self.n_actions), dtype=np.float64)
+        for i, agent in enumerate(self.agents):
+            net = agent.online_net
+            was_training = net.training
+            net.eval()
+            try:
+                with torch.inference_mode():
+                    xt = torch.as_tensor(x, device=agent.device)
+                    out[i] = net.q_values(net(xt)).double().cpu().numpy()
+            finally:
+                net.train(was_training)
+        return out
+
+    def q_values(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean, std)`` over members, each ``[B, A]`` float64 (std with ``ddof=0``)."""
+        q = self.member_q_values(obs)
+        return q.mean(axis=0), q.std(axis=0)
+
+    def greedy_actions(self, obs: Any, *, risk_aversion: float = 0.0) -> np.ndarray:
+        """``[B]`` argmax of ``mean - risk_aversion * std``: 0 is the mean-greedy policy, larger
+        values prefer actions the members agree on; a negative value is optimistic (UCB)."""
+        k = _check_finite("risk_aversion", risk_aversion)
+        return _lcb_argmax(*self.q_values(obs), k)
+
+    def disagreement(self, obs: Any, *, risk_aversion: float = 0.0) -> np.ndarray:
+        """``[B]`` share of members whose own greedy action differs from the ensemble's choice."""
+        return self.decide(obs, risk_aversion=risk_aversion).disagreement
+
+    def decide(
+        self,
+        obs: Any,
+        *,
+        risk_aversion: float = 0.0,
+        fallback_action: int | None = None,
+        max_std: float | None = None,
+    ) -> EnsembleDecision:
+        """The full decision for a batch: one forward pass per member gives every statistic."""
+        k = _check_finite("risk_aversion", risk_aversion)
+        fallback, limit = self._check_fallback(fallback_action, max_std)
+        q = self.member_q_values(obs)
+        mean, std = q.mean(axis=0), q.std(axis=0)
+        chosen = _lcb_argmax(mean, std, k)
+        rows = np.arange(chosen.shape[0])
+        chosen_std = std[rows, chosen]
+        own = q.argmax(axis=2)  # [M, B] each member's greedy action
+        disagreement = (own != chosen[None, :]).mean(axis=0)
+        fell_back = (
+            chosen_std > limit if limit is not None else np.zeros(chosen.shape[0], dtype=bool)
+        )
+        actions = np.where(fell_back, fallback if fallback is not None else 0, chosen)
+        return EnsembleDecision(
+            actions=actions.astype(np.int64),
+            chosen=chosen.astype(np.int64),
+            chosen_std=chosen_std,
+            disagreement=disagreement,
+            fell_back=fell_back,
+            mean=mean,
+            std=std,
+        )
+
+    def _check_fallback(
+        self, fallback_action: int | None, max_std: float | None
+    ) -> tuple[int | None, float | None]:
+        if fallback_action is not None and (
+            isinstance(fallback_action, bool)
+            or not isinstance(fallback_action, int | np.integer)
+            or not 0 <= int(fallback_action) < self.n_actions
+        ):
+            raise ConfigError(
+                f"fallback_action must be an action index in 0..{self.n_actions - 1}, "
+                f"got: {fallback_action!r}"
+            )
+        if max_std is None:
+            return (None if fallback_action is None else int(fallback_action)), None
+        limit = _check_finite("max_std", max_std)
+        if limit < 0:
+            raise ConfigError(f"max_std must be at least 0, got: {max_std!r}")
+        if fallback_action is None:
+            raise ConfigError("max_std needs a fallback_action to take when exceeded, got: None")
+        return int(fallback_action), limit
+
+    def policy(
+        self,
+        risk_aversion: float = 0.0,
+        fallback_action: int | None = None,
+        max_std: float | None = None,
+    ) -> Callable[[Any], int]:
+        """An ``obs -> action`` function for one observation (e.g. a backtest's ``act``).
+
+        It takes the lower-confidence-bound action, unless that action's std over members exceeds
+        ``max_std``, in which case it takes ``fallback_action`` (in trading: the flat position).
+        Arguments are validated now, not at the first call.
+        """
+        _check_finite("risk_aversion", risk_aversion)
+        self._check_fallback(fallback_action, max_std)
+
+        def act(obs: Any) -> int:
+            d = self.decide(
+                obs,
+                risk_aversion=risk_aversion,
+                fallback_action=fallback_action,
+                max_std=max_std,
+            )
+            return int(d.actions[0])
+
+        return act
+
+
+# --- ensemble run directories
+def read_manifest(run_dir: Path) -> list[dict[str, Any]]:
+    """The member entries (``path`` relative to ``run_dir``, ``seed``) of ``ensemble.json``."""
+    path = run_dir / ENSEMBLE_FILE
+    if not path.is_file():
+        raise FoxhuntError(f"not a foxhunt ensemble directory (no {ENSEMBLE_FILE}): {run_dir}")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise FoxhuntError(f"{path} is not valid JSON: {err}") from None
+    if (
+        not isinstance(meta, dict)
+        or meta.get("format") != ENSEMBLE_FORMAT
+        or meta.get("format_version") != ENSEMBLE_FORMAT_VERSION
+    ):
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        ver = meta.get("format_version") if isinstance(meta, dict) else None
+        raise FoxhuntError(f"{path}: unknown ensemble format {fmt!r} version {ver!r}")
+    members = meta.get("members")
+    if (
+        not isinstance(members, list)
+        or not members
+        or not all(isinstance(m, dict) and isinstance(m.get("path"), str) for m in members)
+    ):
+        raise FoxhuntError(f"{path}: members must be a non-empty list of {{path, seed}} entries")
+    for m in members:
+        p = Path(m["path"])
+        if p.is_absolute() or ".." in p.parts:
+            raise FoxhuntError(f"{path}: member path must lie inside {run_dir}, got: {m['path']!r}")
+    return members
+
+
+def train_ensemble(
+    spec: RunSpec, run_dir: str | Path, n_members: int, *, progress: bool = False
+) -> list[Path]:
+    """Train ``n_members`` full runs with seeds ``seed + i`` into ``run_dir/member-{i}``.
+
+    Members differ only in their seed (weights, exploration, replay sampling), which is the
+    whole source of their diversity: Osband et al. 2016 found random initialisation alone gives
+    useful disagreement, without bootstrap masks. ``config.yaml`` and ``ensemble.json`` are
+    written last, so an ensemble directory that lists its members holds every one of them.
+    """
+    from foxhunt import distributed
+    from foxhunt.session import run_training
+
+    if isinstance(n_members, bool) or not isinstance(n_members, int) or n_members < 2:
+        raise ConfigError(f"n_members must be an integer of at least 2, got: {n_members!r}")
+    run_dir = Path(run_dir)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise ConfigError(f"run_dir must be a new or empty directory, got: {run_dir}")
+    hp = spec.hyperparameters
+    seeds = [hp.seed + i for i in range(n_members)]
+    # Build every member spec first: a bad input fails before anything is trained or written.
+    specs = [spec.model_copy(update={"hyperparameters": hp.replace(seed=s)}) for s in seeds]
+    paths = [run_dir / f"member-{i}" for i in range(n_members)]
+    for member_spec, path in zip(specs, paths, strict=True):
+        run_training(member_spec, path, progress=progress)
+    if not distributed.current().is_main:
+        return paths  # data-parallel worker: rank 0 writes the directory
+    atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
+    manifest = {
+        "format": ENSEMBLE_FORMAT,
+        "format_version": ENSEMBLE_FORMAT_VERSION,
+        "members": [{"path": p.name, "seed": s} for p, s in zip(paths, seeds, strict=True)],
+    }
+    atomic_write_text(run_dir / ENSEMBLE_FILE, json.dumps(manifest, indent=2))
+    return paths
+
+
+class _Recorder:
+    """Wraps an ensemble policy and keeps each decision's uncertainty for the summary."""
+
+    def __init__(
+        self,
+        ensemble: QEnsemble,
+        risk_aversion: float,
+        fallback_action: int | None,
+        max_std: float | None,
+    ) -> None:
+        self.ensemble = ensemble
+        self.kwargs: dict[str, Any] = dict(
+            risk_aversion=risk_aversion, fallback_action=fallback_action, max_std=max_std
+        )
+        ensemble.policy(**self.kwargs)  # validates the arguments before any environment runs
+        self.chosen_std: list[float] = []
+        self.mean_std: list[float] = []
+        self.disagreement: list[float] = []
+        self.fell_back: list[bool] = []
+
+    def __call__(self, obs: Any) -> int:
+        d = self.ensemble.decide(obs, **self.kwargs)
+        self.chosen_std.append(float(d.chosen_std[0]))
+        self.mean_std.append(float(d.std[0].mean()))
+        self.disagreement.append(float(d.disagreement[0]))
+        self.fell_back.append(bool(d.fell_back[0]))
+        return int(d.actions[0])
+
+    def stats(self) -> dict[str, Any]:
+        n = len(self.chosen_std)
+        if n == 0:
+            return {"decisions": 0}
+        return {
+            "decisions": n,
+            "mean_disagreement": float(np.mean(self.disagreement)),
+            "mean_chosen_std": float(np.mean(self.chosen_std)),
+            "max_chosen_std": float(np.max(self.chosen_std)),
+            "mean_std": float(np.mean(self.mean_std)),
+            "fallback_rate": float(np.mean(self.fell_back)),
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values: NumPy scalars unwrapped, non-finite floats as null."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def evaluate_ensemble(
+    run_dir: str | Path,
+    *,
+    split: str = "test",
+    risk_aversion: float = 0.0,
+    max_std: float | None = None,
+    fallback_action: int | None = None,
+    data: str | None = None,
+    episodes: int = 10,
+) -> dict[str, Any]:
+    """Backtest a trading ensemble (report in ``run_dir/backtest``) or score a Gymnasium one.
+
+    Trading: :func:`foxhunt.session.backtest_run` with the ensemble policy as the agent, plus each
+    member alone on the same span (does the ensemble beat its members?) and the uncertainty over
+    the span; ``fallback_action`` defaults to the flat position. The summary is also written to
+    ``run_dir/backtest/ensemble.json``. Gymnasium: mean greedy return over ``episodes`` (the same
+    episode seeds as ``foxhunt evaluate``), written to ``run_dir/evaluation.json``.
+    """
+    from foxhunt.session import backtest_run
+
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir)
+    ensemble = QEnsemble.load(run_dir)
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ConfigError(f"episodes must be a positive integer, got: {episodes!r}")
+    settings: dict[str, Any] = {
+        "members": ensemble.names,
+        "risk_aversion": risk_aversion,
+        "max_std": max_std,
+    }
+    if not spec.is_trading:
+        import gymnasium as gym
+
+        if data is not None:
+            raise ConfigError(f"data applies to trading ensembles, got it for env {spec.env!r}")
+        rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
+        env = gym.make(spec.env)  # type: ignore[arg-type]
+        returns = []
+        try:
+            for k in range(episodes):
+                obs, _ = env.reset(seed=spec.hyperparameters.seed + _EVAL_SEED_OFFSET + k)
+                done, total = False, 0.0
+                while not done:
+                    obs, r, term, trunc, _ = env.step(rec(np.asarray(obs, np.float32)))
+                    total += float(r)
+                    done = bool(term or trunc)
+                returns.append(total)
+        finally:
+            env.close()
+        out = {
+            "env": spec.env,
+            "episodes": episodes,
+            "mean_return": float(np.mean(returns)),
+            "std_return": float(np.std(returns)),
+            "ensemble": {**settings, "fallback_action": fallback_action, **rec.stats()},
+        }
+        atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
+        return out
+
+    from foxhunt import backtest as bt
+    from foxhunt.runs import build_trading, model_policy
+
+    config = spec.trading_config()
+    if fallback_action is None:
+        # The flat position (smallest |p|): standing aside is the trader's "I don't know".
+        fallback_action = min(range(len(config.positions)), key=lambda i: abs(config.positions[i]))
+    rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
+    summary = backtest_run(run_dir, spec, rec, data=data, split=split)
+    span = build_trading(spec, data_override=data).span(split)
+    members = {
+        name: bt.run_policy(span, model_policy(agent), config, name).metrics
+        for name, agent in zip(ensemble.names, ensemble.agents, strict=True)
+    }
+    summary["ensemble"] = {**settings, "fallback_action": fallback_action, **rec.stats()}
+    summary["members"] = members
+    text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
+    atomic_write_text(run_dir / "backtest" / ENSEMBLE_FILE, text)
+    return summary

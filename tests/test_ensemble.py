@@ -1,0 +1,408 @@
+"""Q-network ensembles: statistics against hand computations, LCB and fallback policies, member
+checks, ensemble run directories (train, reload, evaluate) on a tiny market and on CartPole.
+
+Hand-built members have one hidden ReLU layer with weights set here, so every expected Q-value is
+computed independently in NumPy. The trading ensemble is 2 members x 600 steps on a 600-bar market.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import yaml
+from safetensors.numpy import load_file
+
+from foxhunt.config import DQNHyperparameters
+from foxhunt.ensemble import QEnsemble, evaluate_ensemble, read_manifest, train_ensemble
+from foxhunt.errors import ConfigError, FoxhuntError
+from foxhunt.learner import DQNAgent
+from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+from foxhunt.runs import build_spec, load_spec, save_model
+
+torch.set_num_threads(1)
+
+
+def make_agent(
+    obs_dim: int = 3, n_actions: int = 2, hidden: int = 2, seed: int = 0, **hp: Any
+) -> DQNAgent:
+    params: dict[str, Any] = dict(
+        hidden_sizes=(hidden,),
+        batch_size=8,
+        learning_starts=8,
+        buffer_capacity=64,
+        device="cpu",
+        seed=seed,
+    )
+    params.update(hp)
+    space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+    return DQNAgent(space, gym.spaces.Discrete(n_actions), DQNHyperparameters(**params))
+
+
+def set_weights(agent: DQNAgent, w1: Any, b1: Any, w2: Any, b2: Any) -> DQNAgent:
+    """Q(x) = relu(x W1^T + b1) W2^T + b2 (a plain, non-dueling net)."""
+    net = agent.online_net
+    with torch.no_grad():
+        for p, v in zip(
+            (net.torso[0].weight, net.torso[0].bias, net.adv_head.weight, net.adv_head.bias),
+            (w1, b1, w2, b2),
+            strict=True,
+        ):
+            p.copy_(torch.as_tensor(np.asarray(v, dtype=np.float32)))
+    return agent
+
+
+def constant_member(q: list[float], obs_dim: int = 3) -> DQNAgent:
+    """A member whose Q-values are ``q`` for every observation."""
+    a = len(q)
+    agent = make_agent(obs_dim, a)
+    return set_weights(agent, np.zeros((2, obs_dim)), np.zeros(2), np.zeros((a, 2)), q)
+
+
+def hand_q(x: np.ndarray, w1, b1, w2, b2) -> np.ndarray:
+    return np.maximum(x @ w1.T + b1, 0.0) @ w2.T + b2
+
+
+# --- statistics -----------------------------------------------------------------------------------
+def test_mean_and_std_match_a_hand_computation():
+    rng = np.random.default_rng(0)
+    obs_dim, hidden, n_actions, m = 3, 4, 3, 3
+    weights = [
+        (
+            rng.normal(size=(hidden, obs_dim)),
+            rng.normal(size=hidden),
+            rng.normal(size=(n_actions, hidden)),
+            rng.normal(size=n_actions),
+        )
+        for _ in range(m)
+    ]
+    members = [set_weights(make_agent(obs_dim, n_actions, hidden), *w) for w in weights]
+    ens = QEnsemble(members)
+    x = rng.normal(size=(5, obs_dim)).astype(np.float32)
+    q = np.stack([hand_q(x.astype(np.float64), *w) for w in weights])  # [M, B, A]
+    mean = q.sum(axis=0) / m
+    std = np.sqrt(((q - mean) ** 2).sum(axis=0) / m)  # population std over members
+    got_mean, got_std = ens.q_values(x)
+    assert got_mean.shape == got_std.shape == (5, n_actions)
+    assert got_mean.dtype == got_std.dtype == np.float64
+    np.testing.assert_allclose(got_mean, mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_std, std, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ens.member_q_values(x), q, rtol=1e-5, atol=1e-5)
+    # One observation is a batch of one; greedy actions are argmax of the mean.
+    one_mean, _ = ens.q_values(x[2])
+    np.testing.assert_allclose(one_mean, mean[2:3], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(ens.greedy_actions(x), mean.argmax(axis=1))
+    assert ens.policy()(x[1]) == int(mean[1].argmax())
+
+
+def test_members_are_evaluated_in_eval_mode_and_their_mode_is_restored():
+    noisy = make_agent(3, 2, hidden=4, seed=1, noisy_nets=True)
+    net = noisy.online_net
+    net.train()
+    net.reset_noise(torch.Generator().manual_seed(5))
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        noisy_q = net(x).numpy()
+        net.eval()
+        mean_weight_q = net(x).numpy()
+        net.train()
+    assert not np.allclose(noisy_q, mean_weight_q)  # the noise is real
+    mean, std = QEnsemble([noisy]).q_values(x.numpy())
+    np.testing.assert_allclose(mean, mean_weight_q, rtol=1e-6)
+    np.testing.assert_array_equal(std, 0.0)  # one member: no spread, not NaN
+    assert net.training
+
+
+def test_distributional_members_contribute_expected_q_values():
+    c51 = make_agent(3, 2, hidden=4, seed=2, distributional="c51", n_atoms=5, v_min=-2, v_max=2)
+    plain = make_agent(3, 2, hidden=4, seed=3)
+    x = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
+    with torch.no_grad():
+        logits = c51.online_net(torch.from_numpy(x)).double().numpy()  # [B, A, 5]
+        q_plain = plain.online_net(torch.from_numpy(x)).double().numpy()
+    probs = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    q_c51 = (probs * np.linspace(-2, 2, 5)).sum(axis=-1)
+    mean, std = QEnsemble([c51, plain]).q_values(x)
+    np.testing.assert_allclose(mean, (q_c51 + q_plain) / 2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(std, np.abs(q_c51 - q_plain) / 2, rtol=1e-5, atol=1e-6)
+
+
+# --- policies -------------------------------------------------------------------------------------
+# Action 0: Q = [2.0, 0.0] -> mean 1.0, std 1.0; action 1: Q = [0.8, 0.8] -> mean 0.8, std 0;
+# action 2 (the "flat" fallback): Q = [-1, -1]. The LCB prefers action 1 once 1 - k > 0.8.
+RISKY = ([2.0, 0.8, -1.0], [0.0, 0.8, -1.0])
+
+
+@pytest.mark.parametrize(
+    ("risk_aversion", "expected"), [(0.0, 0), (0.1, 0), (0.3, 1), (5.0, 1), (-1.0, 0)]
+)
+def test_risk_aversion_changes_the_chosen_action(risk_aversion, expected):
+    ens = QEnsemble([constant_member(q) for q in RISKY])
+    obs = np.zeros((2, 3), np.float32)
+    mean, std = ens.q_values(obs)
+    np.testing.assert_allclose(mean[0], [1.0, 0.8, -1.0], atol=1e-6)
+    np.testing.assert_allclose(std[0], [1.0, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_array_equal(ens.greedy_actions(obs, risk_aversion=risk_aversion), expected)
+    assert ens.policy(risk_aversion=risk_aversion)(obs[0]) == expected
+
+
+def test_disagreement_counts_members_against_the_ensemble_choice():
+    # h = [relu(x0), relu(-x0)]; each member's Q is W2 h, so x0 = +1 and x0 = -1 read W2's columns.
+    q_pos = ([1, 0], [1, 0], [1, 0], [0, 2])  # mean [0.75, 0.5] -> 0; member 4 differs: 1/4
+    q_neg = ([0, 1], [0, 1], [1, 0], [2, 0])  # mean [0.75, 0.5] -> 0; members 1, 2 differ: 2/4
+    w1 = np.array([[1.0, 0, 0], [-1.0, 0, 0]])
+    members = [
+        set_weights(make_agent(), w1, np.zeros(2), np.array([p, n], float).T, np.zeros(2))
+        for p, n in zip(q_pos, q_neg, strict=True)
+    ]
+    ens = QEnsemble(members)
+    obs = np.array([[1, 0, 0], [-1, 5, 5], [0, 1, 1], [2, 0, 0]], np.float32)
+    np.testing.assert_allclose(ens.disagreement(obs), [0.25, 0.5, 0.0, 0.25])
+    np.testing.assert_array_equal(ens.greedy_actions(obs), [0, 0, 0, 0])
+    # Very risk-averse: at x0 = -1 action 1 (Q [1, 1, 0, 0], std 0.5) beats action 0
+    # (Q [0, 0, 1, 2], std 0.83): 0.5 - 0.5 k > 0.75 - 0.83 k for k = 2; disagreement is then 2/4.
+    assert ens.greedy_actions(obs[1], risk_aversion=2.0)[0] == 1
+    np.testing.assert_allclose(ens.disagreement(obs[1], risk_aversion=2.0), [0.5])
+
+
+def test_fallback_when_the_chosen_actions_std_is_too_high():
+    ens = QEnsemble([constant_member(q) for q in RISKY])
+    obs = np.zeros(3, np.float32)
+    assert ens.policy(fallback_action=2, max_std=0.5)(obs) == 2  # std 1.0 > 0.5: stand aside
+    assert ens.policy(fallback_action=2, max_std=1.0)(obs) == 0  # only std > max_std falls back
+    assert ens.policy(fallback_action=2)(obs) == 0  # no limit: the fallback never fires
+    # Risk aversion first picks the agreed-on action (std 0), so no fallback is needed.
+    assert ens.policy(risk_aversion=0.3, fallback_action=2, max_std=0.5)(obs) == 1
+    d = ens.decide(np.zeros((2, 3)), fallback_action=2, max_std=0.5)
+    np.testing.assert_array_equal(d.actions, [2, 2])
+    np.testing.assert_array_equal(d.chosen, [0, 0])
+    np.testing.assert_array_equal(d.fell_back, [True, True])
+    np.testing.assert_allclose(d.chosen_std, [1.0, 1.0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_std": 0.5}, "max_std needs a fallback_action"),
+        ({"fallback_action": 3, "max_std": 0.5}, r"fallback_action .* 0\.\.2, got: 3"),
+        ({"fallback_action": True}, "fallback_action"),
+        ({"fallback_action": 2, "max_std": -0.1}, "max_std must be at least 0, got: -0.1"),
+        ({"fallback_action": 2, "max_std": float("inf")}, "max_std must be a finite number"),
+        ({"risk_aversion": float("nan")}, "risk_aversion must be a finite number, got: nan"),
+    ],
+)
+def test_bad_policy_arguments_are_rejected_up_front(kwargs, match):
+    ens = QEnsemble([constant_member(q) for q in RISKY])
+    with pytest.raises(ConfigError, match=match):
+        ens.policy(**kwargs)
+
+
+# --- member checks --------------------------------------------------------------------------------
+def test_mismatched_members_are_rejected():
+    base = make_agent(3, 2)
+    with pytest.raises(ConfigError, match="member-1: obs_dim must equal member-0's 3, got: 4"):
+        QEnsemble([base, make_agent(4, 2)])
+    with pytest.raises(ConfigError, match="b: n_actions must equal a's 2, got: 3"):
+        QEnsemble([base, make_agent(3, 3)], names=["a", "b"])
+    space = gym.spaces.Box(-np.inf, np.inf, (6,), np.float32)
+    hp = DQNHyperparameters(
+        hidden_sizes=(4,), batch_size=8, learning_starts=8, device="cpu", regime_conditional=True
+    )
+    r2 = DQNAgent(space, gym.spaces.Discrete(2), hp, n_regimes=2)
+    r3 = DQNAgent(space, gym.spaces.Discrete(2), hp, n_regimes=3)
+    plain6 = make_agent(6, 2)
+    QEnsemble([plain6, r2])  # a regime-blind member reads the same observation
+    with pytest.raises(ConfigError, match="member-2: n_regimes must equal member-1's 2, got: 3"):
+        QEnsemble([plain6, r2, r3])
+    with pytest.raises(ConfigError, match="at least one DQNAgent, got: 0"):
+        QEnsemble([])
+    with pytest.raises(ConfigError, match="member-1 must be a DQNAgent, got: str"):
+        QEnsemble([base, "model"])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="obs must hold 3 values per observation, got shape"):
+        QEnsemble([base]).q_values(np.zeros((2, 4)))
+
+
+def test_manifest_errors_name_the_file(tmp_path):
+    with pytest.raises(FoxhuntError, match=r"no ensemble\.json"):
+        QEnsemble.load(tmp_path)
+    (tmp_path / "ensemble.json").write_text("{not json")
+    with pytest.raises(FoxhuntError, match=r"ensemble\.json is not valid JSON"):
+        read_manifest(tmp_path)
+    bad = {"format": "foxhunt-ensemble", "format_version": 1, "members": [{"path": "../x"}]}
+    (tmp_path / "ensemble.json").write_text(json.dumps(bad))
+    with pytest.raises(FoxhuntError, match="member path must lie inside"):
+        read_manifest(tmp_path)
+    (tmp_path / "ensemble.json").write_text(json.dumps({"format": "other", "format_version": 1}))
+    with pytest.raises(FoxhuntError, match="unknown ensemble format 'other'"):
+        read_manifest(tmp_path)
+    with pytest.raises(FoxhuntError, match="no trained model"):
+        QEnsemble.from_run_dirs([tmp_path])
+
+
+# --- a trained trading ensemble -------------------------------------------------------------------
+TINY = {
+    "hidden_sizes": [8],
+    "batch_size": 16,
+    "learning_starts": 64,
+    "buffer_capacity": 1000,
+    "train_freq": 4,
+    "eval_interval": 0,
+    "log_interval": 300,
+    "device": "cpu",
+    "seed": 11,
+}
+
+
+@pytest.fixture(scope="module")
+def trading_ensemble(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ens")
+    data = write_synthetic_csv(root / "m.csv", SyntheticMarketConfig(n_bars=600), seed=3)
+    spec = build_spec(
+        data=str(data),
+        preset_name="default",
+        overrides={**TINY, "market.detector": "volatility_trend"},
+        total_steps=600,
+    )
+    paths = train_ensemble(spec, root / "run", 2)
+    assert paths == [root / "run" / "member-0", root / "run" / "member-1"]
+    return root / "run"
+
+
+def test_train_ensemble_writes_members_and_a_manifest(trading_ensemble):
+    run = trading_ensemble
+    manifest = json.loads((run / "ensemble.json").read_text())
+    assert manifest["members"] == [
+        {"path": "member-0", "seed": 11},
+        {"path": "member-1", "seed": 12},
+    ]
+    assert load_spec(run).hyperparameters.seed == 11
+    for i in range(2):
+        member_cfg = yaml.safe_load((run / f"member-{i}" / "config.yaml").read_text())
+        assert member_cfg["hyperparameters"]["seed"] == 11 + i
+        assert (run / f"member-{i}" / "model.safetensors").is_file()
+    assert not list(run.glob(".*.tmp"))
+
+
+def test_from_run_dirs_round_trip(trading_ensemble):
+    run = trading_ensemble
+    dirs = [run / "member-0", run / "member-1"]
+    ens = QEnsemble.from_run_dirs(dirs)
+    assert ens.names == [str(d) for d in dirs]
+    assert QEnsemble.load(run).names == ["member-0", "member-1"]
+    x = np.random.default_rng(2).normal(size=(16, ens.obs_dim)).astype(np.float32)
+    # Each member's Q from its saved tensors, by hand (plain MLP: one hidden ReLU layer).
+    q = []
+    for d in dirs:
+        t = {k: v.astype(np.float64) for k, v in load_file(str(d / "model.safetensors")).items()}
+        q.append(
+            hand_q(
+                x, t["torso.0.weight"], t["torso.0.bias"], t["adv_head.weight"], t["adv_head.bias"]
+            )
+        )
+    q = np.stack(q)
+    mean, std = ens.q_values(x)
+    np.testing.assert_allclose(mean, q.mean(axis=0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(std, np.abs(q[0] - q[1]) / 2, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(QEnsemble.load(run).q_values(x)[0], mean)
+    assert (std > 0).all()  # different seeds give different members
+
+
+def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble):
+    run = trading_ensemble
+    out = evaluate_ensemble(run, split="test", risk_aversion=0.5)
+    for name in ("report.html", "report.md", "metrics.json", "equity.png", "ensemble.json"):
+        assert (run / "backtest" / name).is_file(), name
+    saved = json.loads((run / "backtest" / "ensemble.json").read_text())
+    assert saved["ensemble"] == out["ensemble"]
+    report = json.loads((run / "backtest" / "metrics.json").read_text())
+    assert {"agent", "buy & hold", "flat"} <= set(report["results"])
+    assert set(out["members"]) == {"member-0", "member-1"}
+    e = out["ensemble"]
+    assert e["decisions"] > 0 and e["fallback_action"] == 1  # (-1, 0, 1): index 1 is flat
+    assert 0.0 <= e["mean_disagreement"] <= 1.0
+    assert e["mean_chosen_std"] > 0.0 and e["max_chosen_std"] >= e["mean_chosen_std"]
+    assert e["fallback_rate"] == 0.0  # no max_std: never stands aside
+
+    # max_std = 0 stands aside whenever members differ at all (always, here): the agent is flat.
+    aside = evaluate_ensemble(run, split="test", max_std=0.0)
+    assert aside["ensemble"]["fallback_rate"] == 1.0
+    agent, flat = aside["metrics"]["agent"], aside["metrics"]["flat"]
+    assert agent["exposure"] == 0.0
+    assert agent["total_return"] == pytest.approx(flat["total_return"], abs=1e-12)
+
+
+def test_train_ensemble_rejects_bad_inputs(tmp_path, trading_ensemble):
+    spec = load_spec(trading_ensemble)
+    with pytest.raises(ConfigError, match="n_members must be an integer of at least 2, got: 1"):
+        train_ensemble(spec, tmp_path / "new", 1)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(ConfigError, match="run_dir must be a new or empty directory"):
+        train_ensemble(spec, tmp_path / "full", 2)
+    with pytest.raises(ConfigError, match="split must be one of"):
+        evaluate_ensemble(trading_ensemble, split="future")
+    assert not (tmp_path / "new").exists()
+
+
+# --- a Gymnasium ensemble -------------------------------------------------------------------------
+def balancer(right_bias: float = 0.0) -> DQNAgent:
+    """CartPole member: push right iff theta + theta_dot > 0 (Q = [relu(-s), relu(s)] + bias)."""
+    w1 = np.array([[0, 0, 1.0, 1.0], [0, 0, -1.0, -1.0]])
+    w2 = np.array([[0, 1.0], [1.0, 0]])
+    return set_weights(make_agent(4, 2), w1, np.zeros(2), w2, [0.0, right_bias])
+
+
+def hand_returns(policy, episodes: int, seed: int = 11) -> list[float]:
+    """Episode returns of ``policy(obs) -> action`` with evaluate's episode seeds."""
+    env = gym.make("CartPole-v1")
+    returns = []
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + 2_000_003 + k)
+        total, done = 0.0, False
+        while not done:
+            obs, r, term, trunc, _ = env.step(policy(obs))
+            total += float(r)
+            done = term or trunc
+        returns.append(total)
+    return returns
+
+
+def write_ensemble_dir(root: Path, agents: list[DQNAgent], env: str = "CartPole-v1") -> Path:
+    spec = build_spec(env=env, overrides={**TINY, "hidden_sizes": [2]}, total_steps=100)
+    for i, agent in enumerate(agents):
+        save_model(root / f"member-{i}", agent, spec)
+    (root / "config.yaml").write_text(spec.to_yaml())
+    members = [{"path": f"member-{i}", "seed": i} for i in range(len(agents))]
+    manifest = {"format": "foxhunt-ensemble", "format_version": 1, "members": members}
+    (root / "ensemble.json").write_text(json.dumps(manifest))
+    return root
+
+
+def test_evaluate_gym_ensemble_matches_the_hand_policy(tmp_path):
+    run = write_ensemble_dir(tmp_path, [balancer(), balancer()])
+    out = evaluate_ensemble(run, episodes=3)
+    returns = hand_returns(lambda obs: int(obs[2] + obs[3] > 0), 3)
+    assert out["mean_return"] == pytest.approx(np.mean(returns))
+    assert out["mean_return"] > 100  # the hand-set members really balance the pole
+    assert out["ensemble"]["mean_disagreement"] == 0.0 and out["ensemble"]["mean_chosen_std"] == 0
+    assert json.loads((run / "evaluation.json").read_text()) == out
+    with pytest.raises(ConfigError, match="max_std needs a fallback_action"):
+        evaluate_ensemble(run, episodes=1, max_std=0.1)
+
+
+def test_gym_fallback_replaces_uncertain_actions(tmp_path):
+    # The second member adds 0.5 to "right": right always has std 0.25, left std 0. With
+    # max_std 0.1 and fallback "left", every right push is replaced: the ensemble always goes left.
+    run = write_ensemble_dir(tmp_path, [balancer(), balancer(right_bias=0.5)])
+    out = evaluate_ensemble(run, episodes=2, max_std=0.1, fallback_action=0)
+    assert out["mean_return"] == pytest.approx(np.mean(hand_returns(lambda obs: 0, 2)))
+    e = out["ensemble"]
+    assert e["fallback_rate"] > 0.0
+    assert e["max_chosen_std"] == pytest.approx(0.25, abs=1e-6)
+    without = evaluate_ensemble(run, episodes=2)
+    assert without["mean_return"] > out["mean_return"]

@@ -1,0 +1,229 @@
+"""Health monitors fire on injected faults: NaN env output, Q divergence, gradient collapse and
+repeated non-finite steps, each with its warn / stop policy."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from foxhunt.errors import EnvironmentStepError, TrainingHalted
+from foxhunt.health import HealthMonitor
+from foxhunt.trainer import DQNTrainer
+
+
+def _trainer(hp_factory, env_factory, **overrides: Any) -> DQNTrainer:
+    hp = hp_factory(
+        **{
+            "batch_size": 8,
+            "learning_starts": 16,
+            "buffer_capacity": 128,
+            "train_freq": 1,
+            "eval_interval": 0,
+            "log_interval": 10_000,
+            **overrides,
+        }
+    )
+    return DQNTrainer(hp, env_factory)
+
+
+def _ready(trainer: DQNTrainer, steps: int = 16) -> DQNTrainer:
+    for _ in range(steps):
+        trainer.collect_step()
+    return trainer
+
+
+# --- environment output -----------------------------------------------------------------------
+def test_nan_reward_from_env_names_the_step(hp_factory, toy_env_cls) -> None:
+    trainer = _trainer(hp_factory, lambda: toy_env_cls(nan_reward_at=5))
+    try:
+        for _ in range(4):
+            trainer.collect_step()
+        with pytest.raises(EnvironmentStepError) as info:
+            trainer.collect_step()
+        msg = str(info.value)
+        assert "non-finite reward at env step 5" in msg and "env index 0" in msg
+        assert "nan" in msg and "\n" not in msg
+        assert len(trainer.replay) == 4  # nothing from the bad step was stored
+    finally:
+        trainer.close()
+
+
+def test_nan_reward_in_second_parallel_env(hp_factory, toy_env_cls) -> None:
+    made: list[int] = []
+
+    def factory():  # type: ignore[no-untyped-def]
+        made.append(1)
+        return toy_env_cls(nan_reward_at=3 if len(made) == 2 else None)
+
+    trainer = _trainer(hp_factory, factory, n_envs=2)
+    try:
+        trainer.collect_step()
+        trainer.collect_step()
+        with pytest.raises(EnvironmentStepError, match=r"env step 6 \(env index 1\)"):
+            trainer.collect_step()
+    finally:
+        trainer.close()
+
+
+def test_check_env_step_non_finite_observation(hp_factory) -> None:
+    mon = HealthMonitor(hp_factory())
+    obs = np.zeros((2, 3), np.float32)
+    obs[1, 2] = np.inf
+    with pytest.raises(EnvironmentStepError, match="non-finite observation at env step 42"):
+        mon.check_env_step(obs, np.zeros(2), 42)
+    mon.check_env_step(np.zeros((2, 3)), np.array([0.5, -3.0]), 43)
+    assert mon.max_abs_reward == 3.0
+
+
+# --- Q divergence -------------------------------------------------------------------------------
+def test_exploding_q_with_stop_policy_halts(hp_factory, toy_env_cls) -> None:
+    trainer = _ready(
+        _trainer(hp_factory, toy_env_cls, q_divergence_bound=1e-6, q_divergence_policy="stop")
+    )
+    try:
+        with pytest.raises(
+            TrainingHalted, match=r"Q divergence: max \|Q\| = .* exceeds bound 1e-06"
+        ):
+            trainer.train_step()
+        assert trainer.health.count("q_divergence") == 1
+    finally:
+        trainer.close()
+
+
+def test_exploding_q_with_warn_policy_records_events(hp_factory, toy_env_cls, caplog) -> None:
+    trainer = _ready(
+        _trainer(hp_factory, toy_env_cls, q_divergence_bound=1e-6, q_divergence_policy="warn")
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="foxhunt.health"):
+            for _ in range(3):
+                trainer.train_step()
+        assert trainer.health.count("q_divergence") == 3
+        event = trainer.health.events[0]
+        assert (event.kind, event.optimizer_steps, event.env_steps) == ("q_divergence", 1, 16)
+        assert "Q divergence" in caplog.text
+        assert trainer.agent.optimizer_steps == 3  # warn does not stop training
+    finally:
+        trainer.close()
+
+
+def test_q_divergence_via_learn_loop(hp_factory, toy_env_cls) -> None:
+    trainer = _trainer(hp_factory, toy_env_cls, q_divergence_bound=1e-6)
+    try:
+        with pytest.raises(TrainingHalted, match="training stopped by health monitor"):
+            trainer.learn(64)
+        assert trainer.env_steps == 16  # stopped at the very first update
+    finally:
+        trainer.close()
+
+
+def test_q_bound_derivation(hp_factory) -> None:
+    mon = HealthMonitor(hp_factory(gamma=0.9, reward_bound=2.0, q_divergence_margin=10.0))
+    assert mon.q_bound == pytest.approx(2.0 / 0.1 * 10.0)
+    tracked = HealthMonitor(hp_factory(gamma=0.99, q_divergence_margin=5.0))
+    assert tracked.q_bound == math.inf  # no reward seen yet
+    tracked.check_env_step(np.zeros((1, 2)), np.array([-0.5]), 1)
+    assert tracked.q_bound == pytest.approx(0.5 * 100 * 5.0)
+    fixed = HealthMonitor(hp_factory(q_divergence_bound=7.0, reward_bound=1.0))
+    assert fixed.q_bound == 7.0
+
+
+def test_check_update_q_divergence_bounds(hp_factory) -> None:
+    mon = HealthMonitor(hp_factory(q_divergence_bound=10.0, q_divergence_policy="warn"))
+    kw: dict[str, Any] = dict(
+        skipped=False, consecutive_skips=0, pre_clip_norm=1.0, env_steps=1, optimizer_steps=1
+    )
+    mon.check_update(q_abs_max=9.99, **kw)
+    assert mon.count("q_divergence") == 0
+    mon.check_update(q_abs_max=10.01, **kw)
+    mon.check_update(q_abs_max=float("nan"), **kw)
+    assert mon.count("q_divergence") == 2
+
+
+# --- gradient collapse --------------------------------------------------------------------------
+def _zero_network(trainer: DQNTrainer) -> None:
+    """All-zero weights and zero rewards: Q = target = 0, so every gradient is exactly zero."""
+    with torch.no_grad():
+        for p in trainer.agent.online_net.parameters():
+            p.zero_()
+    trainer.agent.sync_target(1.0)
+
+
+@pytest.mark.parametrize("policy", ["warn", "stop"])
+def test_zero_gradients_fire_gradient_collapse(policy: str, hp_factory, toy_env_cls) -> None:
+    trainer = _ready(
+        _trainer(
+            hp_factory,
+            lambda: toy_env_cls(reward_scale=0.0),
+            grad_collapse_steps=3,
+            grad_collapse_policy=policy,
+        )
+    )
+    try:
+        _zero_network(trainer)
+        for _ in range(2):
+            m = trainer.train_step()
+            assert m["grad_norm_pre_clip"] == 0.0
+        assert trainer.health.count("gradient_collapse") == 0
+        if policy == "stop":
+            with pytest.raises(TrainingHalted, match="gradient collapse"):
+                trainer.train_step()
+            return
+        for _ in range(3):
+            trainer.train_step()
+        assert trainer.health.count("gradient_collapse") == 1  # once per collapsed run
+        assert trainer.health.events[0].optimizer_steps == 3
+    finally:
+        trainer.close()
+
+
+def test_collapse_run_resets_on_a_healthy_step(hp_factory) -> None:
+    mon = HealthMonitor(hp_factory(grad_collapse_steps=3, grad_collapse_threshold=1e-3))
+    kw: dict[str, Any] = dict(
+        skipped=False, consecutive_skips=0, q_abs_max=0.0, env_steps=0, optimizer_steps=0
+    )
+    for norm in (0.0, 1e-4, 1.0, 0.0, 0.0):
+        mon.check_update(pre_clip_norm=norm, **kw)
+    assert mon.collapse_run == 2 and mon.count("gradient_collapse") == 0
+    mon.check_update(pre_clip_norm=0.0, **kw)
+    assert mon.count("gradient_collapse") == 1
+
+
+# --- non-finite steps -----------------------------------------------------------------------------
+def test_consecutive_nonfinite_steps_stop_training(hp_factory, toy_env_cls) -> None:
+    trainer = _ready(_trainer(hp_factory, toy_env_cls, max_consecutive_nonfinite=3))
+    try:
+        before = [p.detach().clone() for p in trainer.agent.params]
+        trainer.replay.rewards[:] = float("nan")  # poison every stored transition
+        for k in (1, 2):
+            m = trainer.train_step()
+            assert m["skipped"] == 1.0 and trainer.agent.skipped_steps == k
+            assert trainer.health.count("nonfinite_gradients") == k
+        with pytest.raises(TrainingHalted, match="stopped after 3 consecutive non-finite steps"):
+            trainer.train_step()
+        assert trainer.agent.skipped_steps == 3 and trainer.agent.optimizer_steps == 0
+        assert all(torch.equal(p, b) for p, b in zip(trainer.agent.params, before, strict=True))
+    finally:
+        trainer.close()
+
+
+def test_health_state_round_trip(hp_factory) -> None:
+    mon = HealthMonitor(hp_factory(q_divergence_bound=1.0, q_divergence_policy="warn"))
+    mon.check_env_step(np.zeros((1, 2)), np.array([4.0]), 1)
+    mon.check_update(
+        skipped=False,
+        consecutive_skips=0,
+        pre_clip_norm=0.0,
+        q_abs_max=5.0,
+        env_steps=1,
+        optimizer_steps=1,
+    )
+    other = HealthMonitor(mon.hp)
+    other.load_state(mon.state_json())
+    assert other.state_json() == mon.state_json()
+    assert other.count("q_divergence") == 1 and other.max_abs_reward == 4.0
