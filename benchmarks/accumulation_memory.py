@@ -1,16 +1,21 @@
 """Gradient accumulation: time per sample and peak memory of n micro-batches of b vs one batch.
 
-Each configuration runs foxhunt's real path (``DQNTrainer.train_step``: sample the effective batch
-from replay, split it, one backward per micro-batch, one optimizer step) in a FRESH subprocess, so
-no allocator cache or earlier peak leaks between configurations. In that process the network,
-Adam state (materialised by a zero-gradient step) and a full replay are built first; then the
-peak-RSS high-water mark is reset (``/proc/self/clear_refs``; ``ru_maxrss`` is the fallback) and
-the peak over the training steps is taken relative to the RSS at that moment. The network (obs 512,
-hidden 1024 x 4, batch 1024) is sized so that activations outweigh parameters and gradients; it is
-smaller than a GPU-sized example so that a step takes about a second on one core.
+Every configuration runs foxhunt's real path, ``DQNTrainer.train_step``: sample the effective batch
+from replay, split it, one backward per micro-batch, one optimizer step. Compared side by side: one
+batch of b (the reference), n micro-batches of b (accumulation) and one batch of n*b (the same
+effective batch without accumulation), for each n.
 
-Compared side by side: one batch of b (the reference), n micro-batches of b (accumulation) and
-one batch of n*b (the same effective batch without accumulation), for each n.
+* Peak memory: each configuration runs in a FRESH subprocess, so no allocator cache or earlier
+  peak leaks between them. The network, Adam state (materialised by a zero-gradient step) and a
+  full replay are built first. Reported: the peak bytes held by torch's CPU allocator during one
+  step (torch.profiler memory events: what torch really holds) and the peak RSS over two steps
+  above the RSS after setup (``/proc/self/clear_refs`` resets the kernel's mark; what the OS sees,
+  which also includes pages glibc malloc keeps after a free).
+* Time per sample: all configurations live in ONE process (sharing one replay) and take turns,
+  one optimizer step each per round, so load from other users hits them alike.
+
+The network (obs 512, hidden 1024 x 4, b = 1024) is sized so that activations outweigh parameters
+and gradients while a step still takes about a second on one core.
 
 Run: ``python benchmarks/accumulation_memory.py [--smoke] [--out FILE.json]``
 """
@@ -77,18 +82,15 @@ def _torch_alloc_peak_bytes(step: Any) -> int:
     return int(max(m["Total Allocated"] for m in mem) - start)
 
 
-def worker(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Run one configuration in this (fresh) process and report its time and peak memory."""
+def build_trainer(cfg: dict[str, Any], replay: Any | None = None) -> Any:
+    """A DQNTrainer for one configuration, its replay filled with random transitions (or shared)."""
     import gymnasium as gym
     import numpy as np
-    import torch
 
     from foxhunt.config import DQNHyperparameters
     from foxhunt.trainer import DQNTrainer
 
-    torch.set_num_threads(1)
-    obs_dim, n_actions, b, n = cfg["obs_dim"], cfg["n_actions"], cfg["batch"], cfg["n_micro"]
-    capacity = cfg["replay_rows"]
+    obs_dim, n_actions, capacity = cfg["obs_dim"], cfg["n_actions"], cfg["replay_rows"]
 
     class RandomObsEnv(gym.Env):
         """Only its spaces matter: the benchmark never steps it."""
@@ -97,8 +99,8 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
         action_space = gym.spaces.Discrete(n_actions)
 
     hp = DQNHyperparameters(
-        batch_size=b,
-        gradient_accumulation_steps=n,
+        batch_size=cfg["batch"],
+        gradient_accumulation_steps=cfg["n_micro"],
         hidden_sizes=tuple(cfg["hidden"]),
         buffer_capacity=capacity,
         learning_starts=capacity,
@@ -110,6 +112,9 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
         seed=0,
     )
     trainer = DQNTrainer(hp, RandomObsEnv)
+    if replay is not None:
+        trainer.replay = replay
+        return trainer
     rng = np.random.default_rng(0)
     chunk = 4096  # fill in chunks so the setup peak stays small
     for start in range(0, capacity, chunk):
@@ -122,6 +127,15 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
             (rng.random(k) < 0.05).astype(np.float32),
             np.full(k, 0.99, np.float32),
         )
+    return trainer
+
+
+def worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Measure one configuration's peak memory in this (fresh) process."""
+    import torch
+
+    torch.set_num_threads(1)
+    trainer = build_trainer(cfg)
     agent = trainer.agent
     for p in agent.params:  # materialise Adam's state (zero gradients leave weights unchanged)
         p.grad = torch.zeros_like(p)
@@ -131,30 +145,45 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     reset_ok = _reset_peak()
     base_rss = _rss_kib()
     base_peak = _peak_kib()
-    times = []
-    for i in range(cfg["steps"] + 1):
-        t0 = time.perf_counter()
+    for _ in range(2):  # the first step also does lazy initialisation; both count
         trainer.train_step()
-        if i > 0:  # the first step is a warm-up (lazy init); its peak still counts
-            times.append(time.perf_counter() - t0)
     peak = _peak_kib()
     torch_peak = _torch_alloc_peak_bytes(trainer.train_step)
+    b, n = cfg["batch"], cfg["n_micro"]
     n_params = sum(p.numel() for p in agent.params)
     return {
         "batch": b,
         "n_micro": n,
         "effective_batch": b * n,
         "label": cfg["label"],
-        "s_per_step": float(np.median(times)),
-        "us_per_sample": float(np.median(times)) / (b * n) * 1e6,
         "peak_torch_alloc_mib": torch_peak / 2**20,
         "peak_rss_delta_mib": (peak - (base_rss if reset_ok else base_peak)) / 1024,
         "baseline_rss_mib": base_rss / 1024,
         "rss_method": "clear_refs+ru_maxrss" if reset_ok else "ru_maxrss delta over baseline peak",
         "params": n_params,
         "param_mib": n_params * 4 / 2**20,
-        "sampled_batch_obs_mib": 2 * b * n * obs_dim * 4 / 2**20,
+        "sampled_batch_obs_mib": 2 * b * n * cfg["obs_dim"] * 4 / 2**20,
     }
+
+
+def time_per_sample(cfgs: list[dict[str, Any]], reps: int) -> dict[str, list[float]]:
+    """Microseconds per sample of each configuration, one optimizer step per turn, interleaved."""
+    import torch
+
+    first = build_trainer(cfgs[0])
+    trainers = {cfgs[0]["label"]: first}
+    for c in cfgs[1:]:
+        trainers[c["label"]] = build_trainer(c, replay=first.replay)
+    torch.set_num_threads(1)
+
+    def one(trainer: Any) -> float:
+        t0 = time.perf_counter()
+        trainer.train_step()
+        return (time.perf_counter() - t0) / trainer.hp.effective_batch_size * 1e6
+
+    for tr in trainers.values():
+        one(tr)  # warm-up
+    return C.interleaved({k: (lambda t=tr: one(t)) for k, tr in trainers.items()}, reps)
 
 
 def run_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -187,24 +216,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.smoke:
         net = dict(obs_dim=32, n_actions=4, hidden=[64, 64], batch=32)
-        ns, timed_samples = [2], 64
+        ns, reps = [2], 2
     else:
         net = dict(obs_dim=512, n_actions=4, hidden=[1024] * 4, batch=1024)
-        ns, timed_samples = [4, 8], 8192
+        ns, reps = [4, 8], 5
     b = net["batch"]
     rows = b * max(ns)  # identical replay in every configuration
 
     def cfg(batch: int, n: int) -> dict[str, Any]:
-        steps = max(2, timed_samples // (batch * n)) if not args.smoke else 1
-        label = f"{n} x {batch}"
-        return {
-            **net,
-            "batch": batch,
-            "n_micro": n,
-            "replay_rows": rows,
-            "steps": steps,
-            "label": label,
-        }
+        return {**net, "batch": batch, "n_micro": n, "replay_rows": rows, "label": f"{n} x {batch}"}
 
     cfgs = [cfg(b, 1)]
     for n in ns:
@@ -213,11 +233,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for c in cfgs:
         r = run_config(c)
         print(
-            f"{r['label']:>10s}: {r['us_per_sample']:.1f} us/sample, torch peak "
-            f"+{r['peak_torch_alloc_mib']:.1f} MiB, RSS peak +{r['peak_rss_delta_mib']:.1f} MiB",
+            f"{r['label']:>10s}: torch peak +{r['peak_torch_alloc_mib']:.1f} MiB, "
+            f"RSS peak +{r['peak_rss_delta_mib']:.1f} MiB",
             flush=True,
         )
         results.append(r)
+    per_rep = time_per_sample(cfgs, reps)
+    for r in results:
+        r["us_per_sample_reps"] = per_rep[r["label"]]
+        r["us_per_sample"] = C.median(per_rep[r["label"]])
     ref = results[0]
     for r in results:
         r["peak_torch_ratio_vs_1xb"] = r["peak_torch_alloc_mib"] / ref["peak_torch_alloc_mib"]
@@ -266,12 +290,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "network": f"MLP {net['obs_dim']}-{'-'.join(map(str, net['hidden']))}-{net['n_actions']} "
         "(ReLU), double DQN, Huber, Adam, clip 10",
         "path": "DQNTrainer.train_step (replay sampling included)",
-        "timed_samples_per_config": timed_samples,
+        "timing": f"all configurations in one process, one optimizer step each per round, "
+        f"{reps} rounds, median",
         "replay_rows": rows,
         "torch_threads": 1,
         "peak_torch_alloc": "torch.profiler memory events (Total Allocated) over one train_step, "
         "above the allocation level at its start",
-        "peak_rss": "fresh subprocess per configuration; peak RSS over the timed steps minus RSS "
+        "peak_rss": "fresh subprocess per configuration; peak RSS over two train steps minus RSS "
         "after model + Adam state + replay were built",
     }
     notes = (

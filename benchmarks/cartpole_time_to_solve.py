@@ -7,7 +7,8 @@ model construction, at the call to ``learn``). A seed that never solves within t
 counts with the full budget (censored) in the medians, and is flagged in the JSON. Seeds alternate
 the side that runs first, so a burst of load from other users does not always hit the same one.
 
-Run: ``python benchmarks/cartpole_time_to_solve.py [--smoke] [--out FILE.json] [--seeds 5]``
+Run: ``python benchmarks/cartpole_time_to_solve.py [--smoke] [--out FILE.json] [--seeds 5]
+[--foxhunt-set KEY=VALUE ...]``
 """
 
 from __future__ import annotations
@@ -183,6 +184,13 @@ def _summary(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = C.parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=None, help="seeds per side (default 5; smoke 1)")
+    p.add_argument(
+        "--foxhunt-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a foxhunt hyperparameter (e.g. double_q=false) to study a variant",
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.smoke:
@@ -205,6 +213,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             sb3_overrides={},
         )
         n_seeds = args.seeds or 5
+    from foxhunt.config import parse_override
+
+    budget["foxhunt_overrides"].update(dict(parse_override(item) for item in args.foxhunt_set))
     runs: list[dict[str, Any]] = []
     for seed in range(n_seeds):
         order = [run_foxhunt, run_sb3] if seed % 2 == 0 else [run_sb3, run_foxhunt]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,7 @@ def test_accumulation_memory_smoke(tmp_path: Path) -> None:
     for r in out["results"]:
         assert r["effective_batch"] == r["batch"] * r["n_micro"]
         assert r["us_per_sample"] > 0 and r["baseline_rss_mib"] > 0
+        assert len(r["us_per_sample_reps"]) == 2  # timing is interleaved: one step per round
         assert r["peak_torch_alloc_mib"] > 0 and r["peak_rss_delta_mib"] > 0
         # obs + next_obs of the sampled effective batch: 2 * rows * 32 floats.
         obs_mib = 2 * r["effective_batch"] * 32 * 4 / 2**20
@@ -159,6 +161,9 @@ def test_write_json_is_atomic_and_replaces(tmp_path: Path) -> None:
     _common.write_json(path, {"x": 2, "y": [1.5]})
     assert json.loads(path.read_text()) == {"x": 2, "y": [1.5]}
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
     with pytest.raises(TypeError):
         _common.write_json(path, {"bad": object()})
     assert json.loads(path.read_text()) == {"x": 2, "y": [1.5]}  # the old file survives

@@ -1,4 +1,4 @@
-"""End-to-end learning: DQN and Rainbow solve CartPole-v1; the trading pipeline trains and evaluates.
+"""End to end: DQN and Rainbow solve CartPole-v1; the trading pipeline trains and evaluates.
 
 Budgets are stated in the tests. Training stops as soon as a greedy evaluation (10 episodes, noise
 off) reaches the target, so these runs cost well under their budgets when learning works.
@@ -43,6 +43,7 @@ def test_dqn_solves_cartpole_within_50k_steps() -> None:
     """Double DQN with the zoo-derived CartPole preset, seed 0, budget 50k env steps."""
     hp = DQNHyperparameters.cartpole(seed=0, eval_interval=2_500)
     ret, steps = _solve(hp, 50_000)
+    print(f"greedy return {ret} reached at {steps} env steps")
     assert ret >= TARGET, f"best greedy return {ret} < {TARGET} within 50k steps"
 
 
@@ -59,6 +60,7 @@ def test_rainbow_preset_solves_cartpole_within_50k_steps() -> None:
     assert hp.noisy_nets and hp.prioritized_replay and hp.distributional == "c51"
     assert hp.n_step == 3 and hp.dueling and hp.double_q
     ret, steps = _solve(hp, 50_000)
+    print(f"greedy return {ret} reached at {steps} env steps")
     assert ret >= TARGET, f"best greedy return {ret} < {TARGET} within 50k steps"
 
 

@@ -22,8 +22,6 @@ import html
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from foxhunt._io import atomic_write_bytes
 from foxhunt.envs.trading import (
     BANKRUPTCY_REWARD,
     MAX_LEVERAGE,
@@ -495,20 +494,6 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync, then rename over it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _shade_regimes(ax: Any, x: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> None:
     """Background band per regime: one artist per regime, not per run, so long spans stay cheap.
 
@@ -607,7 +592,7 @@ def write_report(
         "json": out / "metrics.json",
     }
     png = _plot(results, title)
-    _atomic_write(paths["png"], png)
+    atomic_write_bytes(paths["png"], png)
 
     header, overall, regimes = _tables(results)
     source = results[0].regime_source
@@ -616,7 +601,7 @@ def write_report(
         f"{_markdown_table(header, overall)}\n\n## Per regime ({source} regimes)\n\n"
         f"{_markdown_table(header, regimes)}\n"
     )
-    _atomic_write(paths["markdown"], md.encode())
+    atomic_write_bytes(paths["markdown"], md.encode())
 
     png_b64 = base64.b64encode(png).decode("ascii")
     page = f"""<!DOCTYPE html>
@@ -636,7 +621,7 @@ img {{ max-width: 100%; }}
 {_html_table(header, regimes)}
 </body></html>
 """
-    _atomic_write(paths["html"], page.encode())
+    atomic_write_bytes(paths["html"], page.encode())
 
     payload = {
         "title": title,
@@ -653,5 +638,5 @@ img {{ max-width: 100%; }}
             for res in results
         },
     }
-    _atomic_write(paths["json"], json.dumps(payload, indent=2, allow_nan=False).encode())
+    atomic_write_bytes(paths["json"], json.dumps(payload, indent=2, allow_nan=False).encode())
     return paths

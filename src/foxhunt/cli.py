@@ -71,6 +71,25 @@ def _finite_float(name: str, minimum: float | None = None):  # type: ignore[no-u
     return parse
 
 
+def _add_spec_args(p: argparse.ArgumentParser, *, data_help: str) -> None:
+    """The options that build a RunSpec (shared by train, ensemble train and hyperopt)."""
+    p.add_argument("--env", help="Gymnasium env id with discrete actions (e.g. CartPole-v1)")
+    p.add_argument("--data", help=data_help)
+    p.add_argument("--config", help="YAML file of hyperparameters (flat or sectioned)")
+    p.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a hyperparameter (or trading.X / market.X); repeatable",
+    )
+    p.add_argument(
+        "--total-steps", type=_positive_int("--total-steps"), help="environment steps to train for"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="foxhunt", description="Exact DQN / Rainbow training for trading agents.")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -81,21 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train an agent (default: regime-conditional trading agent "
         "on the embedded synthetic market)",
     )
-    t.add_argument("--env", help="Gymnasium env id with discrete actions (e.g. CartPole-v1)")
-    t.add_argument("--data", help="OHLCV file (CSV or Parquet) to train the trading agent on")
-    t.add_argument("--config", help="YAML file of hyperparameters (flat or sectioned)")
-    t.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
-    t.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a hyperparameter (or trading.X / market.X); repeatable",
-    )
-    t.add_argument(
-        "--total-steps", type=_positive_int("--total-steps"), help="environment steps to train for"
-    )
+    _add_spec_args(t, data_help="OHLCV file (CSV or Parquet) to train the trading agent on")
     t.add_argument("--run-dir", help="output directory (default: runs/<time>-<env>)")
     t.add_argument("--seed", type=_non_negative_int("--seed"))
     t.add_argument("--no-progress", action="store_true", help="no live progress display")
@@ -131,13 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dir")
 
     h = sub.add_parser("hyperopt", help="Optuna hyperparameter search (shared storage scales out)")
-    h.add_argument("--env")
-    h.add_argument("--data")
-    h.add_argument("--config")
-    h.add_argument("--preset")
-    h.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_spec_args(h, data_help="OHLCV file (CSV or Parquet) for a trading search")
     h.add_argument("--trials", type=_positive_int("--trials"), default=20)
-    h.add_argument("--total-steps", type=_positive_int("--total-steps"))
     h.add_argument(
         "--storage",
         help="Optuna storage shared by every worker: sqlite:///study.db, a database URL, "
@@ -168,21 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     et.add_argument(
         "--members", type=_positive_int("--members"), default=5, help="members (at least 2)"
     )
-    et.add_argument("--env", help="Gymnasium env id with discrete actions (e.g. CartPole-v1)")
-    et.add_argument("--data", help="OHLCV file (CSV or Parquet) to train the trading agents on")
-    et.add_argument("--config", help="YAML file of hyperparameters (flat or sectioned)")
-    et.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
-    et.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a hyperparameter (or trading.X / market.X); repeatable",
-    )
-    et.add_argument(
-        "--total-steps", type=_positive_int("--total-steps"), help="environment steps per member"
-    )
+    _add_spec_args(et, data_help="OHLCV file (CSV or Parquet) to train the trading agents on")
     et.add_argument("--run-dir", help="output directory (default: runs/<time>-<env>-ensemble)")
     et.add_argument("--seed", type=_non_negative_int("--seed"), help="seed of member 0")
     et.add_argument("--no-progress", action="store_true", help="no live progress display")
@@ -224,6 +210,23 @@ def _overrides(items: Sequence[str]) -> dict[str, Any]:
     return dict(parse_override(i) for i in items)
 
 
+def _spec_from_args(args: argparse.Namespace) -> Any:
+    """A validated RunSpec from the shared spec options (see :func:`_add_spec_args`)."""
+    from foxhunt.runs import build_spec
+
+    if args.data is not None and not Path(args.data).exists():
+        raise FoxhuntError(f"--data file not found: {args.data}")
+    return build_spec(
+        env=args.env,
+        data=args.data,
+        config_file=args.config,
+        preset_name=args.preset,
+        overrides=_overrides(args.overrides),
+        total_steps=args.total_steps,
+        seed=args.seed,
+    )
+
+
 def _default_run_dir(spec: Any) -> Path:
     name = spec.env or (
         "trading-" + (Path(spec.market.data).stem if spec.market.data else "synthetic")
@@ -245,36 +248,35 @@ def _prepare_run_dir(path: Path, force: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from foxhunt.runs import build_spec
     from foxhunt.session import run_training
 
-    if args.data is not None and not Path(args.data).exists():
-        raise FoxhuntError(f"--data file not found: {args.data}")
-    spec = build_spec(
-        env=args.env,
-        data=args.data,
-        config_file=args.config,
-        preset_name=args.preset,
-        overrides=_overrides(args.overrides),
-        total_steps=args.total_steps,
-        seed=args.seed,
-    )
+    spec = _spec_from_args(args)
     run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(spec)
     _prepare_run_dir(run_dir, args.force)
     run_training(spec, run_dir, progress=not args.no_progress)
     return 0
 
 
+def _run_dir_arg(text: str) -> Path:
+    """RUN_DIR of resume/evaluate/report: a file there is refused by name (never opened)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise FoxhuntError(f"RUN_DIR must be a run directory, got a file: {path}")
+    return path
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     from foxhunt.session import resume_training
 
-    resume_training(Path(args.run_dir), total_steps=args.total_steps, progress=not args.no_progress)
+    run_dir = _run_dir_arg(args.run_dir)
+    resume_training(run_dir, total_steps=args.total_steps, progress=not args.no_progress)
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from foxhunt.session import evaluate_run
 
+    _run_dir_arg(args.run_dir)
     if (Path(args.run_dir) / "ensemble.json").is_file():
         from foxhunt.ensemble import evaluate_ensemble
 
@@ -297,24 +299,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from foxhunt.report import write_run_report
 
-    paths = write_run_report(Path(args.run_dir))
+    paths = write_run_report(_run_dir_arg(args.run_dir))
     print(f"report written: {paths['index']}")
     return 0
 
 
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from foxhunt.hyperopt import run_hyperopt
-    from foxhunt.runs import build_spec
 
-    spec = build_spec(
-        env=args.env,
-        data=args.data,
-        config_file=args.config,
-        preset_name=args.preset,
-        overrides=_overrides(args.overrides),
-        total_steps=args.total_steps,
-        seed=args.seed,
-    )
+    spec = _spec_from_args(args)
     best = run_hyperopt(
         spec,
         n_trials=args.trials,
@@ -338,7 +331,6 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 def cmd_ensemble(args: argparse.Namespace) -> int:
     from foxhunt.ensemble import evaluate_ensemble, train_ensemble
-    from foxhunt.runs import build_spec
 
     if args.ensemble_command == "evaluate":
         out = evaluate_ensemble(
@@ -354,17 +346,7 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
         return 0
     if args.members < 2:
         raise ConfigError(f"--members must be at least 2, got: {args.members}")
-    if args.data is not None and not Path(args.data).exists():
-        raise FoxhuntError(f"--data file not found: {args.data}")
-    spec = build_spec(
-        env=args.env,
-        data=args.data,
-        config_file=args.config,
-        preset_name=args.preset,
-        overrides=_overrides(args.overrides),
-        total_steps=args.total_steps,
-        seed=args.seed,
-    )
+    spec = _spec_from_args(args)
     if args.run_dir:
         run_dir = Path(args.run_dir)
     else:

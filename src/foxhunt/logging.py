@@ -11,11 +11,8 @@ as ``import logging as _stdlib_logging`` if it is ever needed here, and in tests
 
 from __future__ import annotations
 
-import contextlib
 import math
 import numbers
-import os
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -25,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from foxhunt._io import atomic_write_bytes
 from foxhunt.errors import FoxhuntError
 
 if TYPE_CHECKING:
@@ -67,21 +65,6 @@ WALL_CLOCK_COLUMNS: tuple[str, ...] = ("time_s", "env_steps_per_s", "updates_per
 """Columns that depend on wall-clock time: determinism checks must leave them out."""
 
 MetricValue = float | int | None
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
 
 
 def _format_cell(column: str, value: object) -> str:
@@ -151,7 +134,7 @@ class MetricLogger:
         if resume and self.csv_path.exists():
             self._prepare_resume(truncate_after_env_steps)
         else:
-            _atomic_write_bytes(self.csv_path, self._header.encode())
+            atomic_write_bytes(self.csv_path, self._header.encode())
         # newline="" so "\n" is written as-is on every platform (byte-identical files).
         self._file = open(self.csv_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
 
@@ -165,7 +148,7 @@ class MetricLogger:
         """Check the header, drop a torn last line and rows past the checkpoint, atomically."""
         text = self.csv_path.read_text(encoding="utf-8")
         if not text:
-            _atomic_write_bytes(self.csv_path, self._header.encode())
+            atomic_write_bytes(self.csv_path, self._header.encode())
             return
         lines = text.split("\n")
         # A file ending in "\n" splits into [..., ""]; anything else there is a row cut short
@@ -201,7 +184,7 @@ class MetricLogger:
                     kept.append(row)
         if torn or len(kept) != len(rows):
             body = "".join(row + "\n" for row in kept)
-            _atomic_write_bytes(self.csv_path, (self._header + body).encode())
+            atomic_write_bytes(self.csv_path, (self._header + body).encode())
 
     def _open_tensorboard(self, truncate_after_env_steps: int | None) -> Any:
         """Open a SummaryWriter, or warn and return None when TensorBoard is unavailable."""

@@ -7,17 +7,15 @@ global figure state (safe inside notebooks and from worker threads).
 
 from __future__ import annotations
 
-import contextlib
 import html
 import io
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from foxhunt._io import atomic_write_bytes
 from foxhunt.errors import FoxhuntError
 
 if TYPE_CHECKING:
@@ -28,21 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["read_metrics", "write_run_report"]
 
 _INDEX = "index.html"
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the new one, never a mix."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
 
 
 def read_metrics(path: Path) -> pd.DataFrame:
@@ -283,12 +266,12 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
         if not any(_has_data(frame, column) for column in plot.columns):
             continue
         path = out_dir / f"{plot.name}.png"
-        _atomic_write_bytes(path, _single_axes_figure(plot, frame, x))
+        atomic_write_bytes(path, _single_axes_figure(plot, frame, x))
         written[plot.name] = path
         images.append((path.name, plot.title))
     if any(_has_data(frame, column) for column in _THROUGHPUT):
         path = out_dir / "throughput.png"
-        _atomic_write_bytes(path, _throughput_figure(frame, x))
+        atomic_write_bytes(path, _throughput_figure(frame, x))
         written["throughput"] = path
         images.append((path.name, "Throughput"))
 
@@ -302,6 +285,6 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
     summary = _summary_rows(frame.drop(columns=["row"], errors="ignore"), x)
     page = _html(run_dir, images, summary, config_text, backtest_href, len(frame))
     index = out_dir / _INDEX
-    _atomic_write_bytes(index, page.encode("utf-8"))
+    atomic_write_bytes(index, page.encode("utf-8"))
     written["index"] = index
     return written

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ class TrainerCheckpointer:
 
 
 def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTrainer:
+    # rich draws from Python's global RNG when first imported (rich.style's link ids). Import it
+    # before the trainer seeds (or a resume restores) that RNG, so the progress display, which
+    # imports rich lazily, cannot make a resumed run's RNG state differ from the straight run's.
+    import rich.style  # noqa: F401
+
     train_env, eval_env, _ = make_envs(spec)
     return DQNTrainer(
         spec.hyperparameters, train_env, eval_env=eval_env, run_dir=run_dir, progress=progress
@@ -103,28 +109,46 @@ def resume_training(
     run_dir: Path, *, total_steps: int | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Continue ``run_dir`` from its latest checkpoint, exactly as if it had never stopped."""
-    from foxhunt.checkpoint import CheckpointManager
+    from foxhunt.checkpoint import CheckpointManager, CheckpointWarning
     from foxhunt.errors import CheckpointError
     from foxhunt.logging import MetricLogger
 
     spec = load_spec(run_dir)
     manager = CheckpointManager(run_dir, keep_last=spec.hyperparameters.keep_checkpoints)
-    loaded = manager.load_latest()
-    if loaded is None:
-        raise CheckpointError(f"no checkpoint to resume from in {run_dir / 'checkpoints'}")
-    tensors, state, path = loaded
+    # The manager reports skipped (corrupted) checkpoints as warnings; turn them into one log line,
+    # or into the error itself when no checkpoint verifies, so the user sees why in one line.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CheckpointWarning)
+        try:
+            tensors, state, path = manager.load_latest()
+        except CheckpointError:
+            reasons = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
+            if reasons:
+                raise CheckpointError(reasons[-1]) from None
+            raise CheckpointError(
+                f"no checkpoint to resume from in {manager.checkpoints_dir}"
+            ) from None
+    for w in caught:
+        log.warning("%s", w.message)
     trainer = _build_trainer(spec, run_dir, progress=progress)
     restore_state(trainer, tensors, state)
     total = total_steps or trainer.total_env_steps or spec.total_env_steps
     if total <= trainer.env_steps:
+        if total_steps is None:
+            raise FoxhuntError(
+                f"run {run_dir} is complete at {trainer.env_steps} env steps: pass "
+                f"--total-steps above {trainer.env_steps} to continue it"
+            )
         raise FoxhuntError(
             f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
             f"steps, got: {total}"
         )
+    # The logger checks (and trims) metrics.csv before config.yaml is rewritten, so a bad metrics
+    # file stops the resume with every file as it was.
+    trainer.logger = MetricLogger(run_dir, resume=True, truncate_after_env_steps=trainer.env_steps)
     if total != spec.total_env_steps:
         spec = spec.model_copy(update={"total_env_steps": total})
         atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
-    trainer.logger = MetricLogger(run_dir, resume=True, truncate_after_env_steps=trainer.env_steps)
     trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
     if progress:
         print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")

@@ -313,7 +313,7 @@ class DQNTrainer:
 
     # --- evaluation
     def evaluate(self, n_episodes: int | None = None, *, max_steps: int = 1_000_000) -> float:
-        """Mean greedy return (noise off) over episodes with fixed seeds, so evals are comparable."""
+        """Mean greedy return (noise off) over fixed-seed episodes, so evals are comparable."""
         n = n_episodes or self.hp.eval_episodes
         if self._eval_env is None:
             src = self._eval_source
@@ -340,7 +340,9 @@ class DQNTrainer:
         ``callback`` receives every metrics row; returning ``False`` stops training early.
         """
         if not isinstance(total_env_steps, int) or total_env_steps <= 0:
-            raise ConfigError(f"total_env_steps must be a positive integer, got: {total_env_steps!r}")
+            raise ConfigError(
+                f"total_env_steps must be a positive integer, got: {total_env_steps!r}"
+            )
         hp = self.hp
         self.total_env_steps = total_env_steps
         progress = self._make_progress(total_env_steps)
@@ -459,7 +461,7 @@ class DQNTrainer:
 
     # --- checkpoints (wired by foxhunt.checkpoint)
     def save_checkpoint(self) -> Path | None:
-        """Save a checkpoint if a checkpoint manager is attached (see :meth:`attach_checkpoints`)."""
+        """Save a checkpoint when a checkpointer is attached (the CLI attaches one per run)."""
         if self._checkpointer is None:
             return None
         return self._checkpointer.save(self)
@@ -754,6 +756,13 @@ def _check_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
     if values["optimizer.n_state"] > len(params):
         raise CheckpointError(f"checkpoint state field optimizer.n_state must be at most the "
                               f"{len(params)} parameters, got: {values['optimizer.n_state']}")
+    for idx, scalars in values["optimizer.scalars"].items():
+        if not (idx.isdigit() and int(idx) < len(params) and isinstance(scalars, dict) and all(
+            v is None or isinstance(v, bool | int | float) for v in scalars.values()
+        )):
+            raise CheckpointError(f"checkpoint state field optimizer.scalars.{idx} must map names "
+                                  f"to numbers for one of {len(params)} parameters, got: "
+                                  f"{scalars!r:.60}")
     for key, t in tensors.items():
         if not key.startswith("optim."):
             continue
@@ -771,9 +780,11 @@ def _check_like(saved: Any, fresh: Any, path: str) -> None:
     from foxhunt.errors import CheckpointError
 
     if isinstance(fresh, dict):
-        ok, kind = isinstance(saved, dict) and set(saved) == set(fresh), f"a mapping with keys {sorted(fresh)}"
+        ok = isinstance(saved, dict) and set(saved) == set(fresh)
+        kind = f"a mapping with keys {sorted(fresh)}"
     elif isinstance(fresh, list):
-        ok, kind = isinstance(saved, list) and len(saved) == len(fresh), f"a list of {len(fresh)} items"
+        ok = isinstance(saved, list) and len(saved) == len(fresh)
+        kind = f"a list of {len(fresh)} items"
     elif isinstance(fresh, bool) or fresh is None or isinstance(fresh, str):
         ok, kind = type(saved) is type(fresh), f"a {type(fresh).__name__}"
     elif isinstance(fresh, int):

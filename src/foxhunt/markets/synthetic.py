@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import gzip
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from foxhunt._io import atomic_write_bytes
 from foxhunt.errors import ConfigError
 
 __all__ = [
@@ -287,30 +286,6 @@ def generate_market(config: SyntheticMarketConfig | None = None, *, seed: int = 
     return frame
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same directory, fsync, then rename over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable; not every platform can open a directory
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
 def write_synthetic_csv(
     path: str | Path, config: SyntheticMarketConfig | None = None, seed: int = 0
 ) -> Path:
@@ -332,5 +307,5 @@ def write_synthetic_csv(
     if name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)  # mtime=0: the same seed gives the same bytes
     target.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(target, data)
+    atomic_write_bytes(target, data)
     return target

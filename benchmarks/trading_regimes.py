@@ -1,0 +1,113 @@
+"""Out-of-sample trading benchmark on the default synthetic market (issue 4).
+
+Trains the regime-conditional agent (the ``trading`` preset that ``foxhunt train`` uses) and a
+plain DQN (the same preset with one head instead of per-regime heads) for several seeds, then
+backtests both on the test span against buy-and-hold, flat and the regime oracle.
+
+    python benchmarks/trading_regimes.py                 # 3 seeds, the preset's step budget
+    python benchmarks/trading_regimes.py --smoke         # seconds; checks the plumbing only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from foxhunt.runs import build_spec
+from foxhunt.session import evaluate_run, run_training
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def run_one(seed: int, variant: str, steps: int | None, smoke: bool, root: Path) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if variant == "plain_dqn":
+        overrides["regime_conditional"] = False
+    if smoke:
+        overrides.update(learning_starts=200, hidden_sizes=[16], eval_interval=0, log_interval=200)
+    spec = build_spec(seed=seed, total_steps=steps, overrides=overrides)
+    run_dir = root / f"{variant}-{seed}"
+    t0 = time.perf_counter()
+    run_training(spec, run_dir, progress=False)
+    train_s = time.perf_counter() - t0
+    out = evaluate_run(run_dir, split="test", model="final")
+    m = out["metrics"]
+    oracle = next(k for k in m if "oracle" in k)
+    return {
+        "seed": seed,
+        "variant": variant,
+        "env_steps": spec.total_env_steps,
+        "train_seconds": round(train_s, 1),
+        "agent_log_return": m["agent"]["total_log_return"],
+        "agent_sharpe": m["agent"]["sharpe"],
+        "buy_and_hold_log_return": m["buy & hold"]["total_log_return"],
+        "buy_and_hold_sharpe": m["buy & hold"]["sharpe"],
+        "oracle_log_return": m[oracle]["total_log_return"],
+        "oracle_capture": out["oracle_capture"],
+    }
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for variant in sorted({r["variant"] for r in rows}):
+        rs = [r for r in rows if r["variant"] == variant]
+        out[variant] = {
+            k: statistics.fmean(r[k] for r in rs if r[k] is not None)
+            for k in ("agent_log_return", "agent_sharpe", "oracle_capture")
+        }
+    first = rows[0]
+    out["buy_and_hold"] = {
+        "agent_log_return": first["buy_and_hold_log_return"],
+        "agent_sharpe": first["buy_and_hold_sharpe"],
+        "oracle_capture": first["buy_and_hold_log_return"] / first["oracle_log_return"],
+    }
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=None, help="env steps (default: the preset's)")
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    steps = 600 if args.smoke else args.steps
+    seeds = args.seeds[:1] if args.smoke else args.seeds
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            for variant in ("regime_conditional", "plain_dqn"):
+                row = run_one(seed, variant, steps, args.smoke, Path(tmp))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    result = {
+        "benchmark": "trading_regimes",
+        "smoke": args.smoke,
+        "rows": rows,
+        "mean": summarise(rows),
+    }
+    out = args.out or RESULTS / (
+        "trading_regimes.smoke.json" if args.smoke else "trading_regimes.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"\n| strategy | test log return | Sharpe | share of oracle log return |")
+    print("| --- | --- | --- | --- |")
+    for name, m in result["mean"].items():
+        print(
+            f"| {name} | {m['agent_log_return']:.3f} | {m['agent_sharpe']:.2f} | "
+            f"{m['oracle_capture']:.2f} |"
+        )
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""End-to-end smoke test of the command line: train -> evaluate -> report, and the help texts.
+
+One tiny CartPole run (1500 env steps, seconds on one thread) checked against what the run
+directory promises (see foxhunt.runs): config, metrics with every column, final and best models,
+checkpoints, summary. The optimizer-step count is derived by hand from the schedule.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from foxhunt.cli import build_parser
+from foxhunt.logging import METRIC_COLUMNS
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+TOTAL, LEARNING_STARTS, TRAIN_FREQ = 1500, 200, 4
+TINY = {
+    "hidden_sizes": "[32,32]",
+    "learning_starts": LEARNING_STARTS,
+    "batch_size": 32,
+    "buffer_capacity": 5000,
+    "train_freq": TRAIN_FREQ,
+    "gradient_steps": 1,
+    "target_update_interval": 50,
+    "log_interval": 100,
+    "eval_interval": 500,
+    "eval_episodes": 2,
+    "torch_threads": 1,
+    "device": "cpu",
+}
+
+
+def foxhunt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "foxhunt.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    out = foxhunt(
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--total-steps",
+        str(TOTAL),
+        "--seed",
+        "1",
+        "--run-dir",
+        "run",
+        "--no-progress",
+        *sets,
+        cwd=root,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    return root / "run"
+
+
+def test_train_writes_the_promised_run_directory(run: Path) -> None:
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["env"] == "CartPole-v1" and config["total_env_steps"] == TOTAL
+    hp = config["hyperparameters"]
+    assert hp["seed"] == 1 and hp["hidden_sizes"] == [32, 32] and hp["batch_size"] == 32
+
+    with open(run / "metrics.csv", newline="") as fh:
+        reader = csv.DictReader(fh)
+        assert reader.fieldnames == list(METRIC_COLUMNS)
+        rows = list(reader)
+    assert [int(r["env_steps"]) for r in rows] == list(range(100, TOTAL + 1, 100))
+    # Every column carries data somewhere (beta only with prioritized replay).
+    filled = {c for r in rows for c, v in r.items() if v != ""}
+    assert filled == set(METRIC_COLUMNS) - {"beta"}
+    assert [r["eval_return"] != "" for r in rows] == [s % 500 == 0 for s in range(100, 1501, 100)]
+
+    # Updates: one per 4 env steps from step LEARNING_STARTS on (step 200 included).
+    updates = (TOTAL - LEARNING_STARTS) // TRAIN_FREQ + 1
+    assert int(rows[-1]["optimizer_steps"]) == updates
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == TOTAL and summary["optimizer_steps"] == updates
+    assert summary["episodes"] == int(rows[-1]["episodes"]) > 0
+    assert summary["best_eval_return"] >= summary["last_eval_return"] > 0
+
+    meta = json.loads((run / "model.json").read_text())
+    assert (meta["format"], meta["obs_dim"], meta["n_actions"]) == ("foxhunt-model", 4, 2)
+    final = load_file(str(run / "model.safetensors"))
+    best = load_file(str(run / "best_model.safetensors"))
+    assert final.keys() == best.keys() and len(final) >= 6
+    assert any(k.endswith("weight") and v.shape[-1] == 4 for k, v in final.items())
+    assert (run / "checkpoints" / f"step-{TOTAL:012d}" / "manifest.json").is_file()
+
+
+def test_evaluate_scores_the_trained_agent(run: Path) -> None:
+    out = foxhunt("evaluate", str(run), "--episodes", "2", cwd=run.parent)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    saved = json.loads((run / "evaluation.json").read_text())
+    assert printed == saved
+    assert saved["env"] == "CartPole-v1" and saved["episodes"] == 2
+    assert 1.0 <= saved["mean_return"] <= 500.0  # CartPole-v1 returns lie in [1, 500]
+
+
+def test_report_writes_index_and_plots(run: Path) -> None:
+    out = foxhunt("report", str(run), cwd=run.parent)
+    assert out.returncode == 0, out.stderr
+    index = run / "report" / "index.html"
+    assert f"report written: {index}" in out.stdout
+    html = index.read_text()
+    pngs = sorted((run / "report").glob("*.png"))
+    assert {"loss.png", "returns.png"} <= {p.name for p in pngs}
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.name in html
+
+
+def test_train_help_runs_as_a_process(tmp_path: Path) -> None:
+    out = foxhunt("train", "--help", cwd=tmp_path)
+    assert out.returncode == 0 and out.stderr == ""
+    for flag in ("--env", "--data", "--config", "--set", "--total-steps", "--run-dir", "--seed"):
+        assert flag in out.stdout
+
+
+@pytest.mark.parametrize("command", ["resume", "evaluate", "report", "hyperopt"])
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([command, "--help"])
+    assert exc.value.code == 0
+    assert f"usage: foxhunt {command}" in capsys.readouterr().out

@@ -1,0 +1,201 @@
+"""SIGKILL at any moment - including in the middle of a checkpoint save - loses nothing.
+
+A ``foxhunt train`` process that saves every 50 env steps is killed, then resumed, and the resumed
+processes are killed again at seeded random moments; a last ``foxhunt resume`` runs to the end.
+After every kill the latest checkpoint must load (``CheckpointManager.load_latest``) and restore
+into a freshly built trainer, and the finished run must equal an uninterrupted one bit for bit:
+a crash may cost time, never correctness.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from foxhunt.checkpoint import CheckpointManager, CheckpointWarning
+from foxhunt.logging import WALL_CLOCK_COLUMNS
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+TOTAL = 1000
+TINY = {
+    "hidden_sizes": "[32,32]",
+    "learning_starts": 200,
+    "batch_size": 32,
+    "buffer_capacity": 5000,
+    "train_freq": 4,
+    "gradient_steps": 1,
+    "target_update_interval": 50,
+    "log_interval": 100,
+    "eval_interval": 0,
+    "torch_threads": 1,
+    "device": "cpu",
+    "prioritized_replay": "true",
+    "n_step": 3,
+    "checkpoint_interval": 50,  # saves are frequent, so kills land in them
+    "keep_checkpoints": 2,  # pruning runs on every save too
+}
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "foxhunt.cli", *args]
+
+
+def env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def train_args(run_dir: Path) -> list[str]:
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    return [
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--total-steps",
+        str(TOTAL),
+        "--seed",
+        "11",
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        *sets,
+    ]
+
+
+def latest_step(run_dir: Path) -> int | None:
+    """Step of the newest *complete* checkpoint (the pointer is swapped after the rename)."""
+    try:
+        text = (run_dir / "checkpoints" / "latest.json").read_text()
+    except (FileNotFoundError, OSError):
+        return None
+    try:
+        import json
+
+        return int(json.loads(text)["step"])
+    except (ValueError, KeyError):  # replaced atomically, so this should never happen
+        return None
+
+
+def kill_when(proc: subprocess.Popen, ready, deadline: float = 120.0) -> bool:
+    """SIGKILL ``proc`` as soon as ``ready()`` holds; False if the process ended first."""
+    end = time.monotonic() + deadline
+    while proc.poll() is None and time.monotonic() < end:
+        if ready():
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.001)
+    proc.wait(timeout=60)
+    return False
+
+
+def assert_loadable(run_dir: Path) -> int:
+    """load_latest works and its state restores into a fresh trainer; returns its step."""
+    from foxhunt.runs import load_spec, make_envs
+    from foxhunt.trainer import DQNTrainer, restore_state
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CheckpointWarning)  # e.g. a pointer to a pruned dir
+        tensors, state, path = CheckpointManager(run_dir).load_latest()
+    spec = load_spec(run_dir)
+    train_env, eval_env, _ = make_envs(spec)
+    trainer = DQNTrainer(spec.hyperparameters, train_env, eval_env=eval_env)
+    try:
+        restore_state(trainer, tensors, state)
+    finally:
+        trainer.close()
+    assert path.name == f"step-{trainer.env_steps:012d}"
+    return trainer.env_steps
+
+
+def metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as fh:
+        return [
+            {k: v for k, v in r.items() if k not in WALL_CLOCK_COLUMNS} for r in csv.DictReader(fh)
+        ]
+
+
+def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    rng = random.Random(20240611)
+    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
+    ref = subprocess.Popen(
+        cli(*train_args(reference)),
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    # Kill 1: the training process, in the middle of a save that follows a complete one
+    # (a .tmp- directory is being written while latest.json already exists).
+    proc = subprocess.Popen(
+        cli(*train_args(crashed)), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    ckpts = crashed / "checkpoints"
+
+    def mid_save() -> bool:
+        if latest_step(crashed) is None:
+            return False
+        try:
+            return any(n.startswith(".tmp-step-") for n in os.listdir(ckpts))
+        except FileNotFoundError:
+            return False
+
+    assert kill_when(proc, mid_save), "training ended before a save could be interrupted"
+    steps = [assert_loadable(crashed)]
+
+    # Kills 2 and 3: resumed processes, at seeded random moments after they have saved again.
+    for _ in range(2):
+        proc = subprocess.Popen(
+            cli("resume", str(crashed), "--no-progress"),
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        start = steps[-1]
+        kill_at: list[float] = []
+
+        def moved_on(start: int = start, kill_at: list[float] = kill_at) -> bool:
+            step = latest_step(crashed)
+            if step is None or step <= start:
+                return False
+            if not kill_at:
+                kill_at.append(time.monotonic() + rng.uniform(0.0, 0.15))
+            return time.monotonic() >= kill_at[0]
+
+        if not kill_when(proc, moved_on):
+            break  # finished before the random moment came (slow machine): nothing to kill
+        steps.append(assert_loadable(crashed))
+    assert len(steps) >= 2 and all(0 < s < TOTAL for s in steps) and steps == sorted(steps)
+
+    # Every kill may leave metrics rows and a torn line past the checkpoint; resume trims them.
+    done = subprocess.run(
+        cli("resume", str(crashed), "--no-progress"),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ref.wait(timeout=300) == 0, ref.stderr.read() if ref.stderr else ""
+
+    assert not [n for n in os.listdir(ckpts) if n.startswith((".tmp-", ".old-"))]
+    assert CheckpointManager(crashed).load_latest()[2].name == f"step-{TOTAL:012d}"
+    a = load_file(str(reference / "model.safetensors"))
+    b = load_file(str(crashed / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(reference) == metrics(crashed)
+    assert len(metrics(crashed)) == TOTAL // 100

@@ -1,0 +1,199 @@
+"""Exact resume: an interrupted run continued in a new process equals the uninterrupted run.
+
+The comparison is made fair by construction. Epsilon and PER beta are annealed over
+``total_env_steps``, so both runs must know the same total from the first step: the straight run
+trains ``2k`` steps with ``checkpoint_interval=k``, and the interrupted run is that run directory
+rolled back to its step-``k`` checkpoint (later checkpoints, ``latest.json``, final model and
+summary deleted; metrics rows after ``k`` left in place for the resume to trim). ``foxhunt resume``
+then continues it to ``2k`` in a fresh process, which must reproduce the straight run bit for bit:
+every tensor of the final (and best-evaluation) weights, and every metrics.csv cell except the
+wall-clock columns. Training ``k`` steps with ``--total-steps k`` would anneal the schedules over
+``k`` instead of ``2k`` and could not be compared.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from foxhunt.logging import METRIC_COLUMNS, WALL_CLOCK_COLUMNS
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+K = 600  # checkpoint step; both runs train 2K env steps
+
+# Tiny CartPole config: a run takes ~1 s after imports on one thread.
+TINY = {
+    "hidden_sizes": "[32,32]",
+    "learning_starts": 200,
+    "batch_size": 32,
+    "buffer_capacity": 5000,
+    "train_freq": 4,
+    "gradient_steps": 1,
+    "target_update_interval": 50,
+    "log_interval": 100,
+    "eval_interval": 400,
+    "eval_episodes": 2,
+    "torch_threads": 1,
+    "device": "cpu",
+    "keep_checkpoints": 5,
+    "checkpoint_interval": K,
+    # Rainbow parts whose state must survive a resume: sum tree, partial n-step returns and
+    # the noise generator.
+    "prioritized_replay": "true",
+    "n_step": 3,
+    "noisy_nets": "true",
+}
+SUMMARY_WALL_CLOCK = {"wall_time_s", "env_steps_per_s", "updates_per_s"}
+
+
+def foxhunt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a new process (with this checkout's sources)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "foxhunt.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def sets(overrides: dict[str, object]) -> list[str]:
+    return [a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]
+
+
+def metrics(run_dir: Path) -> list[dict[str, str]]:
+    """metrics.csv rows without the wall-clock columns (cells compared as written)."""
+    with open(run_dir / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK_COLUMNS} for r in rows]
+
+
+def assert_same_weights(a: Path, b: Path) -> int:
+    """Bitwise-equal tensors in two safetensors files; returns the number of tensors."""
+    ta, tb = load_file(str(a)), load_file(str(b))
+    assert ta.keys() == tb.keys()
+    for key in ta:
+        assert ta[key].dtype == tb[key].dtype and torch.equal(ta[key], tb[key]), key
+    return len(ta)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param({}, id="per-nstep3-noisy"),
+        # Accumulation samples the effective batch once and splits it; two envs also put two
+        # partial n-step queues and two env states into the checkpoint.
+        pytest.param({"gradient_accumulation_steps": 2, "n_envs": 2}, id="accum2-envs2"),
+    ],
+)
+def test_resume_in_new_process_is_bitwise_exact(tmp_path: Path, variant: dict) -> None:
+    straight = tmp_path / "straight"
+    args = ["--env", "CartPole-v1", "--total-steps", str(2 * K), "--seed", "5", "--no-progress"]
+    done = foxhunt(
+        "train", *args, "--run-dir", str(straight), *sets({**TINY, **variant}), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    ckpts = straight / "checkpoints"
+    assert (ckpts / f"step-{K:012d}").is_dir() and (ckpts / f"step-{2 * K:012d}").is_dir()
+
+    # Roll a copy back to step K, as if the process had stopped right after that save.
+    resumed = tmp_path / "resumed"
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(resumed / "checkpoints" / f"step-{2 * K:012d}")
+    (resumed / "checkpoints" / "latest.json").unlink()
+    for name in ("model.safetensors", "best_model.safetensors", "summary.json"):
+        (resumed / name).unlink(missing_ok=True)
+    rows_before = metrics(resumed)
+    assert int(rows_before[-1]["env_steps"]) == 2 * K  # rows past K: the resume must trim them
+
+    out = foxhunt("resume", str(resumed), "--total-steps", str(2 * K), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    # It really continued from the checkpoint (a rerun from scratch would also match).
+    assert f"from step-{K:012d} at env step {K}" in out.stdout
+
+    n = assert_same_weights(straight / "model.safetensors", resumed / "model.safetensors")
+    assert n >= 6
+    assert (straight / "best_model.safetensors").is_file()
+    assert_same_weights(straight / "best_model.safetensors", resumed / "best_model.safetensors")
+    a, b = metrics(straight), metrics(resumed)
+    assert len(a) == 2 * K // 100 and list(a[0]) == [
+        c for c in METRIC_COLUMNS if c not in WALL_CLOCK_COLUMNS
+    ]
+    assert a == b
+    assert any(r["eval_return"] for r in a[K // 100 :])  # evaluations after the resume compared
+    assert any(r["loss"] for r in a[K // 100 :])
+    sa = json.loads((straight / "summary.json").read_text())
+    sb = json.loads((resumed / "summary.json").read_text())
+    assert {k: v for k, v in sa.items() if k not in SUMMARY_WALL_CLOCK} == {
+        k: v for k, v in sb.items() if k not in SUMMARY_WALL_CLOCK
+    }
+    # The step-2K checkpoint written by the resumed process equals the straight run's too.
+    from foxhunt.checkpoint import load_checkpoint
+
+    t1, s1 = load_checkpoint(ckpts / f"step-{2 * K:012d}")
+    t2, s2 = load_checkpoint(resumed / "checkpoints" / f"step-{2 * K:012d}")
+    assert s1 == s2
+    assert t1.keys() == t2.keys() and all(torch.equal(t1[k], t2[k]) for k in t1)
+
+
+def test_refused_checkpoint_leaves_a_trained_trainer_bit_for_bit_unchanged() -> None:
+    """restore_state is all or nothing, even when the bad part is loaded after good parts.
+
+    The forged checkpoint holds different network, optimizer and RNG states (step 300) but a
+    replay tensor of the wrong shape, which only the replay loader notices - after the network
+    was already overwritten. The trainer (at step 500) must come back exactly as it was.
+    """
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.errors import CheckpointError
+    from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+
+    torch.set_num_threads(1)
+    hp = DQNHyperparameters(
+        hidden_sizes=(32, 32),
+        learning_starts=64,
+        batch_size=32,
+        buffer_capacity=1000,
+        train_freq=4,
+        log_interval=100,
+        eval_interval=0,
+        device="cpu",
+        prioritized_replay=True,
+        n_step=3,
+        noisy_nets=True,
+        seed=2,
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        trainer.learn(300)
+        old_tensors, old_state = capture_state(trainer)
+        trainer.learn(500)
+        now_tensors, now_state = capture_state(trainer)
+        key = next(k for k in now_tensors if k.startswith("online."))
+        assert not torch.equal(old_tensors[key], now_tensors[key])  # the forgery would change it
+        forged = dict(old_tensors)
+        forged["replay.obs"] = forged["replay.obs"][:, :2].contiguous()
+        with pytest.raises(CheckpointError, match="replay"):
+            restore_state(trainer, forged, old_state)
+        after_tensors, after_state = capture_state(trainer)
+        assert after_state == now_state
+        assert after_tensors.keys() == now_tensors.keys()
+        assert all(torch.equal(after_tensors[k], now_tensors[k]) for k in now_tensors)
+        # And the untouched trainer still trains.
+        trainer.learn(600)
+        assert trainer.env_steps == 600
+    finally:
+        trainer.close()
