@@ -27,11 +27,12 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def run_one(seed: int, variant: str, steps: int | None, smoke: bool, root: Path) -> dict[str, Any]:
+    torch.set_num_threads(1)
     overrides: dict[str, Any] = {}
     if variant == "plain_dqn":
         overrides["regime_conditional"] = False
     if smoke:
-        overrides.update(learning_starts=200, hidden_sizes=[16], eval_interval=0, log_interval=200)
+        overrides.update(learning_starts=300, hidden_sizes=[16], eval_interval=0, log_interval=200)
     spec = build_spec(seed=seed, total_steps=steps, overrides=overrides)
     run_dir = root / f"{variant}-{seed}"
     t0 = time.perf_counter()
@@ -76,18 +77,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=None, help="env steps (default: the preset's)")
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     steps = 600 if args.smoke else args.steps
     seeds = args.seeds[:1] if args.smoke else args.seeds
-    rows = []
+    jobs = [(seed, variant) for seed in seeds for variant in ("regime_conditional", "plain_dqn")]
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in seeds:
-            for variant in ("regime_conditional", "plain_dqn"):
-                row = run_one(seed, variant, steps, args.smoke, Path(tmp))
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+        if args.jobs > 1:
+            import multiprocessing as mp
+
+            with mp.get_context("spawn").Pool(args.jobs) as pool:
+                rows = pool.starmap(
+                    run_one, [(s, v, steps, args.smoke, Path(tmp)) for s, v in jobs]
+                )
+        else:
+            rows = [run_one(s, v, steps, args.smoke, Path(tmp)) for s, v in jobs]
+    for row in rows:
+        print(json.dumps(row), flush=True)
     result = {
         "benchmark": "trading_regimes",
         "smoke": args.smoke,
@@ -99,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"\n| strategy | test log return | Sharpe | share of oracle log return |")
+    print("\n| strategy | test log return | Sharpe | share of oracle log return |")
     print("| --- | --- | --- | --- |")
     for name, m in result["mean"].items():
         print(

@@ -19,6 +19,7 @@ import time
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -127,17 +128,45 @@ def metrics(run_dir: Path) -> list[dict[str, str]]:
         ]
 
 
-def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
+class Reference:
+    """The uninterrupted run, trained in the background while a test crashes its twin."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.proc = subprocess.Popen(
+            cli(*train_args(run_dir)),
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def done(self) -> Path:
+        if self.proc.returncode is None:
+            _, self.err = self.proc.communicate(timeout=300)
+        assert self.proc.returncode == 0, self.err
+        return self.run_dir
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    return Reference(tmp_path_factory.mktemp("reference") / "run")
+
+
+def assert_same_run(reference: Path, other: Path) -> None:
+    a = load_file(str(reference / "model.safetensors"))
+    b = load_file(str(other / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(reference) == metrics(other)
+    assert len(metrics(other)) == TOTAL // 100
+
+
+def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(
+    tmp_path: Path, reference: Reference
+) -> None:
     torch.set_num_threads(1)
     rng = random.Random(20240611)
-    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
-    ref = subprocess.Popen(
-        cli(*train_args(reference)),
-        env=env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    crashed = tmp_path / "crashed"
 
     # Kill 1: the training process, in the middle of a save that follows a complete one
     # (a .tmp- directory is being written while latest.json already exists).
@@ -190,12 +219,46 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(tmp_path:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert ref.wait(timeout=300) == 0, ref.stderr.read() if ref.stderr else ""
-
     assert not [n for n in os.listdir(ckpts) if n.startswith((".tmp-", ".old-"))]
     assert CheckpointManager(crashed).load_latest()[2].name == f"step-{TOTAL:012d}"
-    a = load_file(str(reference / "model.safetensors"))
-    b = load_file(str(crashed / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert metrics(reference) == metrics(crashed)
-    assert len(metrics(crashed)) == TOTAL // 100
+    assert_same_run(reference.done(), crashed)
+
+
+@pytest.mark.xfail(
+    reason="DQNTrainer.learn saves the Ctrl-C checkpoint wherever KeyboardInterrupt lands (mid "
+    "training round or mid optimizer step), so resuming it is not exact; needs a deferred SIGINT",
+    strict=False,
+)
+def test_ctrl_c_checkpoint_resumes_exactly(tmp_path: Path, reference: Reference) -> None:
+    """Ctrl-C (SIGINT) saves a checkpoint; twice interrupted, the run must still be exact."""
+    run_dir = tmp_path / "interrupted"
+    rng = random.Random(7)
+    for argv in (train_args(run_dir), ["resume", str(run_dir), "--no-progress"]):
+        start = latest_step(run_dir) or 0
+        proc = subprocess.Popen(
+            cli(*argv), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        deadline: list[float] = []
+
+        def after_a_save(start: int = start, deadline: list[float] = deadline) -> bool:
+            if (latest_step(run_dir) or 0) <= start:
+                return False
+            if not deadline:
+                deadline.append(time.monotonic() + rng.uniform(0.0, 0.2))
+            return time.monotonic() >= deadline[0]
+
+        end = time.monotonic() + 120
+        while proc.poll() is None and not after_a_save() and time.monotonic() < end:
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err, err
+    done = subprocess.run(
+        cli("resume", str(run_dir), "--no-progress"),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert_same_run(reference.done(), run_dir)

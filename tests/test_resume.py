@@ -179,9 +179,11 @@ def test_refused_checkpoint_leaves_a_trained_trainer_bit_for_bit_unchanged() -> 
     trainer = DQNTrainer(hp, "CartPole-v1")
     try:
         trainer.learn(300)
-        old_tensors, old_state = capture_state(trainer)
+        captured, old_state = capture_state(trainer)
+        old_tensors = {k: v.clone() for k, v in captured.items()}  # captured tensors are views
         trainer.learn(500)
-        now_tensors, now_state = capture_state(trainer)
+        live, now_state = capture_state(trainer)
+        now_tensors = {k: v.clone() for k, v in live.items()}
         key = next(k for k in now_tensors if k.startswith("online."))
         assert not torch.equal(old_tensors[key], now_tensors[key])  # the forgery would change it
         forged = dict(old_tensors)

@@ -121,9 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--split", default="test", help="train, validation, test or all (default test)")
     e.add_argument(
         "--model",
-        default="best",
+        default="final",
         choices=("best", "final"),
-        help="best: weights of the best evaluation during training (default); final: last",
+        help="final: weights at the end of training (default); best: weights of the best "
+        "evaluation during training (model selection on the validation span)",
     )
     e.add_argument(
         "--episodes",

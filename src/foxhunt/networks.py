@@ -147,7 +147,10 @@ class QNetwork(nn.Module):
 
     @property
     def is_noisy(self) -> bool:
-        return any(isinstance(m, NoisyLinear) for m in self.modules())
+        """Whether any layer is noisy (cached: asked on every optimizer step)."""
+        if not hasattr(self, "_is_noisy"):
+            self._is_noisy = any(isinstance(m, NoisyLinear) for m in self.modules())
+        return self._is_noisy
 
 
 class RegimeConditionalDQN(QNetwork):

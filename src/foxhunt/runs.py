@@ -44,8 +44,13 @@ class MarketSpec(BaseModel):
     """Chronological share of bars used for training (and for fitting features and regimes)."""
     validation_fraction: float = Field(0.15, ge=0.0, lt=1.0)
     """Share of bars after the training span used for evaluation during training."""
-    features: tuple[str, ...] | None = None
-    """Feature columns the agent observes (None = all; () = regime probabilities only)."""
+    features: tuple[str, ...] | None = ()
+    """Price-feature columns the agent observes besides position and regime probabilities.
+
+    () (the default) = none: within a regime prices are close to a random walk, and on the
+    synthetic market a network given raw price features memorises the training span instead of
+    learning the regime policy (see BENCHMARKS.md). None = all of ``compute_features``' columns.
+    """
 
 
 class RunSpec(BaseModel):
@@ -57,8 +62,8 @@ class RunSpec(BaseModel):
     """A Gymnasium env id; None = the trading environment."""
     market: MarketSpec = MarketSpec()
     """Market data and regimes (trading runs)."""
-    trading: dict[str, Any] = Field(default_factory=dict)
-    """TradingEnvConfig fields (trading runs)."""
+    trading: dict[str, Any] = Field(default_factory=lambda: {"window": 1})
+    """TradingEnvConfig fields (trading runs); window 1 because no price features by default."""
     total_env_steps: int = Field(50_000, gt=0)
     """Environment steps to train for."""
     hyperparameters: DQNHyperparameters = DQNHyperparameters()
@@ -300,7 +305,7 @@ def save_model(
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
 
-def load_model(run_dir: Path, which: str = "best") -> Any:
+def load_model(run_dir: Path, which: str = "final") -> Any:
     """Rebuild the greedy agent saved by :func:`save_model` (weights checked key by key).
 
     ``which="best"`` takes the weights of the best evaluation when the run kept them (falling

@@ -161,7 +161,7 @@ def evaluate_run(
     data: str | None = None,
     split: str = "test",
     episodes: int = 10,
-    model: str = "best",
+    model: str = "final",
 ) -> dict[str, Any]:
     """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run.
 

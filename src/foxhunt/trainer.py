@@ -7,6 +7,7 @@ a checkpoint can capture it and a resumed run continues exactly where it stopped
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -221,30 +222,33 @@ class DQNTrainer:
         """
         hp, agent = self.hp, self.agent
         eff = hp.effective_batch_size
-        if self.dist.enabled and isinstance(self.replay, PrioritizedReplayBuffer):
+        per = isinstance(self.replay, PrioritizedReplayBuffer)
+        if self.dist.enabled and per:
             # Normalise IS weights by the maximum over every rank's batch, as one process
             # sampling all of them would.
-            batch = self.replay.sample(eff, beta=self.beta, normalize=False)
-            batch = batch.to(self.device, non_blocking=True)
-            assert batch.weights is not None
-            w_max = batch.weights.max().clone()
+            slots, weights = self.replay.sample_slots(eff, beta=self.beta, normalize=False)
+            w_max = weights.max().to(self.device)
             torch.distributed.all_reduce(w_max, op=torch.distributed.ReduceOp.MAX)
-            batch = batch.with_weights(batch.weights / w_max)
+            weights = weights / w_max.to(weights.device)
         else:
-            batch = self.replay.sample(eff, beta=self.beta).to(self.device, non_blocking=True)
-        micro = batch.split(split_sizes(eff, hp.gradient_accumulation_steps))
-        last = len(micro) - 1
-        results = [
-            agent.backward_micro_batch(mb, len(mb) / eff, sync=i == last)
-            for i, mb in enumerate(micro)
-        ]
+            slots, weights = self.replay.sample_slots(eff, beta=self.beta)
+        # Slots (and weights) are drawn for the whole window at once; rows are gathered one
+        # micro-batch at a time, so only one micro-batch of inputs and graph is alive at once.
+        sizes = split_sizes(eff, hp.gradient_accumulation_steps)
+        bounds = np.cumsum([0, *sizes])
+        results = []
+        for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+            mb = self.replay.gather(slots[a:b], None if weights is None else weights[a:b])
+            mb = mb.to(self.device, non_blocking=True)
+            results.append(agent.backward_micro_batch(mb, (b - a) / eff, sync=i == len(sizes) - 1))
+            del mb
         stats = agent.optimizer_step()
-        loss = sum(r.loss * (len(mb) / eff) for r, mb in zip(results, micro, strict=True))
-        q_mean = sum(r.q_mean * (len(mb) / eff) for r, mb in zip(results, micro, strict=True))
+        loss = sum(r.loss * (n / eff) for r, n in zip(results, sizes, strict=True))
+        q_mean = sum(r.q_mean * (n / eff) for r, n in zip(results, sizes, strict=True))
         q_abs_max = torch.stack([r.q_abs_max for r in results]).max()
-        if isinstance(self.replay, PrioritizedReplayBuffer) and not stats.skipped:
+        if per and not stats.skipped:
             td = torch.cat([r.td_errors for r in results]).float().cpu().numpy()
-            self.replay.update_priorities(batch.indices.cpu().numpy(), td)
+            self.replay.update_priorities(slots, td)
         metrics = {
             "loss": float(loss),
             "grad_norm_pre_clip": stats.pre_clip_norm,
@@ -486,7 +490,12 @@ def _decode_np_global(s: dict[str, Any]) -> None:
 
 
 def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Everything a resumed run needs: tensors (safetensors) and the rest (JSON)."""
+    """Everything a resumed run needs: tensors (safetensors) and the rest (JSON).
+
+    The tensors are not copies: on CPU most of them share storage with the live networks,
+    optimizer and replay (a checkpoint writer copies them once, when it serialises). Clone them
+    to keep a snapshot across further training.
+    """
     import random
 
     from foxhunt.envstate import get_vector_env_state
@@ -577,7 +586,8 @@ def restore_state(
     from foxhunt.errors import CheckpointError
 
     _check_state(trainer, tensors, state)
-    backup = capture_state(trainer)
+    live, live_state = capture_state(trainer)
+    backup = ({k: v.clone() for k, v in live.items()}, live_state)  # live tensors are views
     stage = ["start"]
     try:
         _apply_state(trainer, tensors, state, stage)

@@ -44,8 +44,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree.update(slots, np.full(len(slots), self.max_priority**self.alpha))
         return slots
 
-    def sample(self, batch_size: int, beta: float | None = 0.4, *, normalize: bool = True) -> Batch:
-        """Draw a stratified prioritized batch with importance weights normalised over it.
+    def sample_slots(
+        self, batch_size: int, beta: float | None = 0.4, *, normalize: bool = True
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """Stratified prioritized slots and importance weights normalised over all of them.
 
         ``normalize=False`` returns raw weights, for a caller that normalises over a larger batch
         (data-parallel ranks all-reduce the maximum first).
@@ -58,8 +60,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         weights = (self.size * probs) ** (-beta)
         if normalize:
             weights /= weights.max()
-        w = torch.as_tensor(weights, dtype=torch.float32).to(self.device)
-        return self._gather(slots, w)
+        return slots, torch.as_tensor(weights, dtype=torch.float32).to(self.device)
+
+    def sample(
+        self, batch_size: int, beta: float | None = 0.4, *, normalize: bool = True
+    ) -> Batch:
+        """Draw a stratified prioritized batch with importance weights normalised over it."""
+        return self.gather(*self.sample_slots(batch_size, beta, normalize=normalize))
 
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         """Set priorities to ``(|td| + eps)^alpha`` for the sampled slots."""

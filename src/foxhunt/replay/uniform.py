@@ -90,8 +90,9 @@ class ReplayBuffer:
         self.size = int(min(self.size + k, self.capacity))
         return slots
 
-    def _gather(self, slots: np.ndarray, weights: torch.Tensor | None) -> Batch:
-        idx = torch.from_numpy(slots).to(self.device)
+    def gather(self, slots: np.ndarray, weights: torch.Tensor | None = None) -> Batch:
+        """The transitions stored in ``slots`` as a Batch (one ``index_select`` per field)."""
+        idx = torch.from_numpy(np.ascontiguousarray(slots)).to(self.device)
         return Batch(
             obs=self.obs.index_select(0, idx),
             actions=self.actions.index_select(0, idx),
@@ -103,12 +104,21 @@ class ReplayBuffer:
             indices=idx,
         )
 
-    def sample(self, batch_size: int, beta: float | None = None) -> Batch:
-        """Draw ``batch_size`` transitions uniformly with replacement (``beta`` is ignored)."""
+    def sample_slots(
+        self, batch_size: int, beta: float | None = None
+    ) -> tuple[np.ndarray, torch.Tensor | None]:
+        """Draw slots uniformly with replacement (no importance weights; ``beta`` is ignored).
+
+        Sampling slots and gathering rows are separate so the trainer can draw a whole
+        effective batch at once but materialise one micro-batch at a time.
+        """
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        slots = self.rng.integers(0, self.size, size=batch_size)
-        return self._gather(slots, None)
+        return self.rng.integers(0, self.size, size=batch_size), None
+
+    def sample(self, batch_size: int, beta: float | None = None) -> Batch:
+        """Draw ``batch_size`` transitions uniformly with replacement (``beta`` is ignored)."""
+        return self.gather(*self.sample_slots(batch_size, beta))
 
     def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
         """No-op: uniform replay has no priorities (keeps the trainer free of special cases)."""
