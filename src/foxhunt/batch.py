@@ -40,7 +40,10 @@ class Batch:
         )
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        """The same batch on ``device`` (no copy when already there)."""
+        """The same batch on ``device`` (itself when already there)."""
+        device = torch.device(device)
+        if self.obs.device == device:
+            return self
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def slice(self, start: int, stop: int) -> Batch:

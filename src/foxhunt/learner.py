@@ -298,10 +298,13 @@ class DQNAgent:
         clipped = False
         post_f = pre_f
         if hp.max_grad_norm is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.params, hp.max_grad_norm, pre, foreach=True)
-            # clip_grads_with_norm_ multiplies by min(1, max_norm / (norm + 1e-6)).
+            # The same coefficient as torch.nn.utils.clip_grad_norm_, min(1, max / (norm + 1e-6)),
+            # applied to the gradients of the one backward pass. The norm is already on the host,
+            # so the multiply (a no-op at coefficient 1) runs only when clipping fires.
             coef = min(1.0, hp.max_grad_norm / (pre_f + 1e-6))
-            clipped = coef < 1.0
+            if coef < 1.0:
+                clipped = True
+                torch._foreach_mul_(grads, (hp.max_grad_norm / (pre + 1e-6)).clamp(max=1.0))
             post_f = pre_f * coef
         if self.scaler is not None:
             self.scaler.step(self.optimizer)

@@ -51,8 +51,10 @@ def _env_factory(env: EnvLike) -> Callable[[], gym.Env]:
             try:
                 return gym.make(env_id)
             except gym.error.Error as err:
-                raise ConfigError(f"env must be a registered Gymnasium id, got: {env_id!r} "
-                                  f"({str(err).splitlines()[0]})") from None
+                raise ConfigError(
+                    f"env must be a registered Gymnasium id, got: {env_id!r} "
+                    f"({str(err).splitlines()[0]})"
+                ) from None
 
         return make
     if isinstance(env, gym.Env):
@@ -143,12 +145,18 @@ class DQNTrainer:
         obs_shape = tuple(obs_space.shape)
         if hp.prioritized_replay:
             self.replay: ReplayBuffer = PrioritizedReplayBuffer(
-                hp.buffer_capacity, obs_shape, alpha=hp.per_alpha, eps=hp.per_eps,
-                device=replay_device, seed=hp.seed + 7 * self.dist.rank,
+                hp.buffer_capacity,
+                obs_shape,
+                alpha=hp.per_alpha,
+                eps=hp.per_eps,
+                device=replay_device,
+                seed=hp.seed + 7 * self.dist.rank,
             )
         else:
             self.replay = ReplayBuffer(
-                hp.buffer_capacity, obs_shape, device=replay_device,
+                hp.buffer_capacity,
+                obs_shape,
+                device=replay_device,
                 seed=hp.seed + 7 * self.dist.rank,
             )
         self._warn_memory()
@@ -176,8 +184,12 @@ class DQNTrainer:
         self._pending_eval: float | None = None
         self.best_state: dict[str, torch.Tensor] | None = None
         self._t_origin = time.perf_counter()
-        log.info("effective batch size %d (batch_size %d x gradient_accumulation_steps %d)",
-                 hp.effective_batch_size, hp.batch_size, hp.gradient_accumulation_steps)
+        log.info(
+            "effective batch size %d (batch_size %d x gradient_accumulation_steps %d)",
+            hp.effective_batch_size,
+            hp.batch_size,
+            hp.gradient_accumulation_steps,
+        )
 
     # --- schedules (environment steps)
     @property
@@ -210,8 +222,11 @@ class DQNTrainer:
         except (ValueError, OSError, AttributeError):
             return
         if need > 0.8 * avail:
-            log.warning("replay buffer needs %.2f GB but only %.2f GB of memory is free",
-                        need / 1e9, avail / 1e9)
+            log.warning(
+                "replay buffer needs %.2f GB but only %.2f GB of memory is free",
+                need / 1e9,
+                avail / 1e9,
+            )
 
     # --- one optimizer step
     def train_step(self) -> dict[str, float]:
@@ -243,22 +258,32 @@ class DQNTrainer:
             results.append(agent.backward_micro_batch(mb, (b - a) / eff, sync=i == len(sizes) - 1))
             del mb
         stats = agent.optimizer_step()
-        loss = sum(r.loss * (n / eff) for r, n in zip(results, sizes, strict=True))
-        q_mean = sum(r.q_mean * (n / eff) for r, n in zip(results, sizes, strict=True))
-        q_abs_max = torch.stack([r.q_abs_max for r in results]).max()
+        if len(results) == 1:
+            r = results[0]
+            summary = torch.stack([r.loss, r.q_mean, r.q_abs_max])
+        else:
+            share = torch.tensor(sizes, dtype=torch.float32, device=results[0].loss.device) / eff
+            summary = torch.stack(
+                [
+                    (torch.stack([r.loss for r in results]) * share).sum(),
+                    (torch.stack([r.q_mean for r in results]) * share).sum(),
+                    torch.stack([r.q_abs_max for r in results]).max(),
+                ]
+            )
+        loss, q_mean, q_abs_max = summary.tolist()  # one host transfer for all three
         if per and not stats.skipped:
             td = torch.cat([r.td_errors for r in results]).float().cpu().numpy()
             self.replay.update_priorities(slots, td)
         metrics = {
-            "loss": float(loss),
+            "loss": loss,
             "grad_norm_pre_clip": stats.pre_clip_norm,
             "grad_norm_post_clip": stats.post_clip_norm,
             "clipped": float(stats.clipped),
             "skipped": float(stats.skipped),
             "effective_batch_size": float(eff),
             "lr": stats.lr,
-            "q_mean": float(q_mean),
-            "q_abs_max": float(q_abs_max),
+            "q_mean": q_mean,
+            "q_abs_max": q_abs_max,
             "optimizer_steps": float(stats.optimizer_steps),
         }
         self.health.check_update(
@@ -480,13 +505,19 @@ class DQNTrainer:
 # --- exact resume
 def _encode_np_global() -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"name": name, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
-            "cached": float(cached)}
+    return {
+        "name": name,
+        "keys": keys.tolist(),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached": float(cached),
+    }
 
 
 def _decode_np_global(s: dict[str, Any]) -> None:
-    np.random.set_state((s["name"], np.asarray(s["keys"], dtype=np.uint32), s["pos"],
-                         s["has_gauss"], s["cached"]))
+    np.random.set_state(
+        (s["name"], np.asarray(s["keys"], dtype=np.uint32), s["pos"], s["has_gauss"], s["cached"])
+    )
 
 
 def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -530,8 +561,11 @@ def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[st
     state: dict[str, Any] = {
         "kind": "foxhunt-trainer",
         "hyperparameters": trainer.hp.to_dict(),
-        "optimizer": {"param_groups": opt["param_groups"], "scalars": opt_scalars,
-                      "n_state": len(opt["state"])},
+        "optimizer": {
+            "param_groups": opt["param_groups"],
+            "scalars": opt_scalars,
+            "n_state": len(opt["state"]),
+        },
         "scheduler": sched,
         "scaler": agent.scaler.state_dict() if agent.scaler is not None else None,
         "agent": {
@@ -553,9 +587,17 @@ def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[st
             "next_eval": None if math.isinf(trainer._next_eval) else trainer._next_eval,
             "next_ckpt": None if math.isinf(trainer._next_ckpt) else trainer._next_ckpt,
             "has_obs": trainer._obs is not None,
-            "window": {"updates": w.updates, "loss": w.loss, "pre": w.pre, "post": w.post,
-                       "clipped": w.clipped, "q_mean": w.q_mean, "returns": w.returns,
-                       "lengths": w.lengths, "env_steps0": w.env_steps0},
+            "window": {
+                "updates": w.updates,
+                "loss": w.loss,
+                "pre": w.pre,
+                "post": w.post,
+                "clipped": w.clipped,
+                "q_mean": w.q_mean,
+                "returns": w.returns,
+                "lengths": w.lengths,
+                "env_steps0": w.env_steps0,
+            },
         },
         "replay": trainer.replay.state_json(),
         "nstep": trainer.nstep.state_json(),
@@ -603,8 +645,15 @@ def restore_state(
 
 
 # What component loaders raise on malformed input (torch raises RuntimeError for bad RNG states).
-_LOAD_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
-                RuntimeError)
+_LOAD_ERRORS = (
+    KeyError,
+    TypeError,
+    ValueError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    RuntimeError,
+)
 
 
 def _is_count(v: Any) -> bool:
@@ -620,36 +669,65 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "count?": (lambda v: v is None or _is_count(v), "a non-negative integer or null"),
     "number": (_is_number, "a number"),
     "number?": (lambda v: v is None or _is_number(v), "a number or null"),
-    "finite": (lambda v: _is_number(v) and math.isfinite(v) and v >= 0,
-               "a finite non-negative number"),
+    "finite": (
+        lambda v: _is_number(v) and math.isfinite(v) and v >= 0,
+        "a finite non-negative number",
+    ),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "dict": (lambda v: isinstance(v, dict), "a mapping"),
     "dict?": (lambda v: v is None or isinstance(v, dict), "a mapping or null"),
     "list": (lambda v: isinstance(v, list), "a list"),
     "list?": (lambda v: v is None or isinstance(v, list), "a list or null"),
     "numbers": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
-    "counts": (lambda v: isinstance(v, list) and all(map(_is_count, v)),
-               "a list of non-negative integers"),
+    "counts": (
+        lambda v: isinstance(v, list) and all(map(_is_count, v)),
+        "a list of non-negative integers",
+    ),
 }
 
 # Fields the loop reads directly; components (replay, n-step, health, optimizer, RNGs) check
 # their own parts when loading, and the round trip catches what they silently accept.
 _FIELDS: tuple[tuple[str, str], ...] = (
-    ("optimizer", "dict"), ("optimizer.param_groups", "list"), ("optimizer.scalars", "dict"),
-    ("optimizer.n_state", "count"), ("scheduler", "dict"), ("scaler", "dict?"),
-    ("agent.optimizer_steps", "count"), ("agent.skipped_steps", "count"),
-    ("agent.consecutive_skips", "count"), ("agent.rng", "dict"),
-    ("loop.env_steps", "count"), ("loop.episodes", "count"), ("loop.total_env_steps", "count"),
-    ("loop.last_eval_return", "number?"), ("loop.best_eval_return", "number?"),
-    ("loop.eval_history", "list"), ("loop.pending_eval", "number?"),
-    ("loop.train_rounds", "count"), ("loop.next_log", "count"), ("loop.next_eval", "count?"),
-    ("loop.next_ckpt", "count?"), ("loop.has_obs", "bool"), ("loop.window.updates", "count"),
-    ("loop.window.loss", "number"), ("loop.window.pre", "number"), ("loop.window.post", "number"),
-    ("loop.window.clipped", "count"), ("loop.window.q_mean", "number"),
-    ("loop.window.returns", "numbers"), ("loop.window.lengths", "counts"),
-    ("loop.window.env_steps0", "count"), ("replay", "dict"), ("replay.size", "count"),
-    ("replay.pos", "count"), ("nstep", "dict"), ("health", "dict"), ("envs", "list?"),
-    ("rng", "dict"), ("rng.python", "list"), ("rng.numpy", "dict"),
+    ("optimizer", "dict"),
+    ("optimizer.param_groups", "list"),
+    ("optimizer.scalars", "dict"),
+    ("optimizer.n_state", "count"),
+    ("scheduler", "dict"),
+    ("scaler", "dict?"),
+    ("agent.optimizer_steps", "count"),
+    ("agent.skipped_steps", "count"),
+    ("agent.consecutive_skips", "count"),
+    ("agent.rng", "dict"),
+    ("loop.env_steps", "count"),
+    ("loop.episodes", "count"),
+    ("loop.total_env_steps", "count"),
+    ("loop.last_eval_return", "number?"),
+    ("loop.best_eval_return", "number?"),
+    ("loop.eval_history", "list"),
+    ("loop.pending_eval", "number?"),
+    ("loop.train_rounds", "count"),
+    ("loop.next_log", "count"),
+    ("loop.next_eval", "count?"),
+    ("loop.next_ckpt", "count?"),
+    ("loop.has_obs", "bool"),
+    ("loop.window.updates", "count"),
+    ("loop.window.loss", "number"),
+    ("loop.window.pre", "number"),
+    ("loop.window.post", "number"),
+    ("loop.window.clipped", "count"),
+    ("loop.window.q_mean", "number"),
+    ("loop.window.returns", "numbers"),
+    ("loop.window.lengths", "counts"),
+    ("loop.window.env_steps0", "count"),
+    ("replay", "dict"),
+    ("replay.size", "count"),
+    ("replay.pos", "count"),
+    ("nstep", "dict"),
+    ("health", "dict"),
+    ("envs", "list?"),
+    ("rng", "dict"),
+    ("rng.python", "list"),
+    ("rng.numpy", "dict"),
 )
 
 
@@ -667,20 +745,23 @@ def _field(state: dict[str, Any], path: str, kind: str) -> Any:
     return value
 
 
-def _check_tensor(tensors: dict[str, torch.Tensor], key: str, dtype: torch.dtype,
-                  shape: tuple[int, ...]) -> None:
+def _check_tensor(
+    tensors: dict[str, torch.Tensor], key: str, dtype: torch.dtype, shape: tuple[int, ...]
+) -> None:
     from foxhunt.errors import CheckpointError
 
     if key not in tensors:
         raise CheckpointError(f"checkpoint is missing tensor {key!r}")
     t = tensors[key]
     if t.dtype != dtype or tuple(t.shape) != shape:
-        raise CheckpointError(f"checkpoint tensor {key!r} is {t.dtype} {tuple(t.shape)}, "
-                              f"expected {dtype} {shape}")
+        raise CheckpointError(
+            f"checkpoint tensor {key!r} is {t.dtype} {tuple(t.shape)}, expected {dtype} {shape}"
+        )
 
 
-def _check_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
-                 state: dict[str, Any]) -> None:
+def _check_state(
+    trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any]
+) -> None:
     """Everything that can be checked before changing the trainer; errors name field and value."""
     from foxhunt.errors import CheckpointError
 
@@ -704,30 +785,42 @@ def _check_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
     capacity = trainer.replay.capacity
     size, pos = values["replay.size"], values["replay.pos"]
     if size > capacity:
-        raise CheckpointError(f"checkpoint state field replay.size must be at most buffer_capacity "
-                              f"{capacity}, got: {size}")
+        raise CheckpointError(
+            f"checkpoint state field replay.size must be at most buffer_capacity "
+            f"{capacity}, got: {size}"
+        )
     if pos >= capacity or (size < capacity and pos != size):
-        raise CheckpointError(f"checkpoint state field replay.pos must be the next free slot "
-                              f"(size {size}, capacity {capacity}), got: {pos}")
+        raise CheckpointError(
+            f"checkpoint state field replay.pos must be the next free slot "
+            f"(size {size}, capacity {capacity}), got: {pos}"
+        )
     if isinstance(trainer.replay, PrioritizedReplayBuffer):
         mp = _field(state, "replay.max_priority", "finite")
         if mp <= 0:
-            raise CheckpointError(f"checkpoint state field replay.max_priority must be greater "
-                                  f"than 0, got: {mp}")
+            raise CheckpointError(
+                f"checkpoint state field replay.max_priority must be greater than 0, got: {mp}"
+            )
     env_steps = values["loop.env_steps"]
     if values["loop.train_rounds"] > env_steps // hp_.train_freq:
-        raise CheckpointError(f"checkpoint state field loop.train_rounds must be at most env_steps "
-                              f"// train_freq = {env_steps // hp_.train_freq}, got: "
-                              f"{values['loop.train_rounds']}")
+        raise CheckpointError(
+            f"checkpoint state field loop.train_rounds must be at most env_steps "
+            f"// train_freq = {env_steps // hp_.train_freq}, got: "
+            f"{values['loop.train_rounds']}"
+        )
     for i, item in enumerate(values["loop.eval_history"]):
-        if not (isinstance(item, list) and len(item) == 2 and _is_count(item[0])
-                and _is_number(item[1])):
-            raise CheckpointError(f"checkpoint state field loop.eval_history[{i}] must be "
-                                  f"[env_steps, return], got: {item!r:.80}")
+        if not (
+            isinstance(item, list) and len(item) == 2 and _is_count(item[0]) and _is_number(item[1])
+        ):
+            raise CheckpointError(
+                f"checkpoint state field loop.eval_history[{i}] must be "
+                f"[env_steps, return], got: {item!r:.80}"
+            )
     lengths = state["nstep"].get("lengths")
     if isinstance(lengths, list) and not all(_is_count(n) and n < hp_.n_step for n in lengths):
-        raise CheckpointError(f"checkpoint state field nstep.lengths must hold counts below "
-                              f"n_step={hp_.n_step}, got: {lengths!r:.80}")
+        raise CheckpointError(
+            f"checkpoint state field nstep.lengths must hold counts below "
+            f"n_step={hp_.n_step}, got: {lengths!r:.80}"
+        )
     if "max_abs_reward" in state["health"]:
         _field(state, "health.max_abs_reward", "finite")
     # Optimizer and scheduler states are applied with ``__dict__.update``-like loaders: hold them
@@ -740,9 +833,11 @@ def _check_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
     ):
         for k, v in fresh_g.items():
             if k != "lr" and saved_g[k] != v:
-                raise CheckpointError(f"checkpoint state field optimizer.param_groups[{i}].{k} "
-                                      f"must be {v!r} (from the hyperparameters), got: "
-                                      f"{saved_g[k]!r:.60}")
+                raise CheckpointError(
+                    f"checkpoint state field optimizer.param_groups[{i}].{k} "
+                    f"must be {v!r} (from the hyperparameters), got: "
+                    f"{saved_g[k]!r:.60}"
+                )
     sched = {k: v for k, v in agent.scheduler.state_dict().items() if k != "lr_lambdas"}
     _check_like(values["scheduler"], json.loads(json.dumps(sched)), "scheduler")
     scaler = agent.scaler.state_dict() if agent.scaler is not None else None
@@ -764,15 +859,22 @@ def _check_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
         _check_tensor(tensors, key, ref.dtype, tuple(ref.shape))
     params = list(agent.online_net.parameters())
     if values["optimizer.n_state"] > len(params):
-        raise CheckpointError(f"checkpoint state field optimizer.n_state must be at most the "
-                              f"{len(params)} parameters, got: {values['optimizer.n_state']}")
+        raise CheckpointError(
+            f"checkpoint state field optimizer.n_state must be at most the "
+            f"{len(params)} parameters, got: {values['optimizer.n_state']}"
+        )
     for idx, scalars in values["optimizer.scalars"].items():
-        if not (idx.isdigit() and int(idx) < len(params) and isinstance(scalars, dict) and all(
-            v is None or isinstance(v, bool | int | float) for v in scalars.values()
-        )):
-            raise CheckpointError(f"checkpoint state field optimizer.scalars.{idx} must map names "
-                                  f"to numbers for one of {len(params)} parameters, got: "
-                                  f"{scalars!r:.60}")
+        if not (
+            idx.isdigit()
+            and int(idx) < len(params)
+            and isinstance(scalars, dict)
+            and all(v is None or isinstance(v, bool | int | float) for v in scalars.values())
+        ):
+            raise CheckpointError(
+                f"checkpoint state field optimizer.scalars.{idx} must map names "
+                f"to numbers for one of {len(params)} parameters, got: "
+                f"{scalars!r:.60}"
+            )
     for key, t in tensors.items():
         if not key.startswith("optim."):
             continue
@@ -781,8 +883,10 @@ def _check_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
             raise CheckpointError(f"checkpoint holds unexpected tensor {key!r}")
         p = params[int(idx)]
         if not t.is_floating_point() or tuple(t.shape) not in ((), tuple(p.shape)):
-            raise CheckpointError(f"checkpoint tensor {key!r} is {t.dtype} {tuple(t.shape)}, "
-                                  f"expected a float scalar or {tuple(p.shape)}")
+            raise CheckpointError(
+                f"checkpoint tensor {key!r} is {t.dtype} {tuple(t.shape)}, "
+                f"expected a float scalar or {tuple(p.shape)}"
+            )
 
 
 def _check_like(saved: Any, fresh: Any, path: str) -> None:
@@ -811,8 +915,9 @@ def _check_like(saved: Any, fresh: Any, path: str) -> None:
             _check_like(s, f, f"{path}[{i}]")
 
 
-def _apply_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any],
-                 stage: list[str]) -> None:
+def _apply_state(
+    trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any], stage: list[str]
+) -> None:
     """Write a checked state into the trainer; ``stage[0]`` names the part being loaded."""
     import random
 
@@ -820,10 +925,12 @@ def _apply_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: d
 
     agent = trainer.agent
     stage[0] = "network"
-    agent.online_net.load_state_dict({k[7:]: v for k, v in tensors.items()
-                                      if k.startswith("online.")})
-    agent.target_net.load_state_dict({k[7:]: v for k, v in tensors.items()
-                                      if k.startswith("target.")})
+    agent.online_net.load_state_dict(
+        {k[7:]: v for k, v in tensors.items() if k.startswith("online.")}
+    )
+    agent.target_net.load_state_dict(
+        {k[7:]: v for k, v in tensors.items() if k.startswith("target.")}
+    )
     stage[0] = "optimizer"
     opt_state: dict[int, dict[str, Any]] = {}
     for k, v in tensors.items():
@@ -832,8 +939,9 @@ def _apply_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: d
             opt_state.setdefault(int(idx), {})[key] = v
     for idx, scalars in state["optimizer"]["scalars"].items():
         opt_state.setdefault(int(idx), {}).update(scalars)
-    agent.optimizer.load_state_dict({"state": opt_state,
-                                     "param_groups": state["optimizer"]["param_groups"]})
+    agent.optimizer.load_state_dict(
+        {"state": opt_state, "param_groups": state["optimizer"]["param_groups"]}
+    )
     stage[0] = "scheduler"
     agent.scheduler.load_state_dict({**state["scheduler"], "lr_lambdas": [None]})
     if agent.scaler is not None and state["scaler"]:
@@ -868,9 +976,15 @@ def _apply_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: d
     trainer._next_ckpt = math.inf if lp["next_ckpt"] is None else int(lp["next_ckpt"])
     w = lp["window"]
     trainer._window = _Window(
-        updates=w["updates"], loss=w["loss"], pre=w["pre"], post=w["post"],
-        clipped=w["clipped"], q_mean=w["q_mean"], returns=list(w["returns"]),
-        lengths=list(w["lengths"]), env_steps0=w["env_steps0"],
+        updates=w["updates"],
+        loss=w["loss"],
+        pre=w["pre"],
+        post=w["post"],
+        clipped=w["clipped"],
+        q_mean=w["q_mean"],
+        returns=list(w["returns"]),
+        lengths=list(w["lengths"]),
+        env_steps0=w["env_steps0"],
     )
     trainer._ep_return = tensors["loop.ep_return"].numpy().copy()
     trainer._ep_length = tensors["loop.ep_length"].numpy().copy()
@@ -884,8 +998,10 @@ def _apply_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: d
         trainer.envs.reset(seed=trainer.hp.seed)  # builds internal buffers; state overwritten
         set_vector_env_state(trainer.envs, state["envs"])
     else:
-        log.warning("this environment's state cannot be captured: resuming from a fresh "
-                    "reset (episodes in progress at the checkpoint are restarted)")
+        log.warning(
+            "this environment's state cannot be captured: resuming from a fresh "
+            "reset (episodes in progress at the checkpoint are restarted)"
+        )
         trainer._obs = None
         trainer._ep_return[:] = 0.0
         trainer._ep_length[:] = 0
@@ -895,8 +1011,9 @@ def _apply_state(trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: d
     _decode_np_global(state["rng"]["numpy"])
 
 
-def _check_round_trip(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
-                      state: dict[str, Any]) -> None:
+def _check_round_trip(
+    trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any]
+) -> None:
     """Capture the restored trainer again: it must reproduce the checkpoint bit for bit."""
     from foxhunt.errors import CheckpointError
 
@@ -909,14 +1026,17 @@ def _check_round_trip(trainer: DQNTrainer, tensors: dict[str, torch.Tensor],
     for key in sorted((set(tensors) | set(again)) - skip):
         if key not in again:
             t = tensors[key]
-            raise CheckpointError(f"checkpoint holds unexpected tensor {key!r} "
-                                  f"({t.dtype} {tuple(t.shape)})")
+            raise CheckpointError(
+                f"checkpoint holds unexpected tensor {key!r} ({t.dtype} {tuple(t.shape)})"
+            )
         if key not in tensors:
             raise CheckpointError(f"checkpoint is missing tensor {key!r}")
         a, b = tensors[key], again[key]
         if a.dtype != b.dtype or a.shape != b.shape:
-            raise CheckpointError(f"checkpoint tensor {key!r} is {a.dtype} {tuple(a.shape)}, "
-                                  f"loads as {b.dtype} {tuple(b.shape)}")
+            raise CheckpointError(
+                f"checkpoint tensor {key!r} is {a.dtype} {tuple(a.shape)}, "
+                f"loads as {b.dtype} {tuple(b.shape)}"
+            )
         if not torch.equal(_bits(a), _bits(b)):
             raise CheckpointError(f"checkpoint tensor {key!r} changes when loaded")
     diff = _first_difference(expected, state_again, "")
