@@ -162,6 +162,8 @@ TINY = [
     "torch_threads=1",
     "--set",
     "buffer_capacity=1000",
+    "--set",
+    "gradient_accumulation_steps=1",  # presets may accumulate; these rows need a valid config
     "--no-progress",
 ]
 GYM = ["train", "--env", "CartPole-v1", "--total-steps", "300", "--run-dir", "run", *TINY]

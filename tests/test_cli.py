@@ -27,6 +27,7 @@ TINY = {
     "hidden_sizes": "[32,32]",
     "learning_starts": LEARNING_STARTS,
     "batch_size": 32,
+    "gradient_accumulation_steps": 1,
     "buffer_capacity": 5000,
     "train_freq": TRAIN_FREQ,
     "gradient_steps": 1,

@@ -32,6 +32,7 @@ TINY = {
     "hidden_sizes": "[32,32]",
     "learning_starts": 200,
     "batch_size": 32,
+    "gradient_accumulation_steps": 1,
     "buffer_capacity": 5000,
     "train_freq": 4,
     "gradient_steps": 1,
