@@ -225,11 +225,6 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(
     assert_same_run(reference.done(), crashed)
 
 
-@pytest.mark.xfail(
-    reason="DQNTrainer.learn saves the Ctrl-C checkpoint wherever KeyboardInterrupt lands (mid "
-    "training round or mid optimizer step), so resuming it is not exact; needs a deferred SIGINT",
-    strict=False,
-)
 def test_ctrl_c_checkpoint_resumes_exactly(tmp_path: Path, reference: Reference) -> None:
     """Ctrl-C (SIGINT) saves a checkpoint; twice interrupted, the run must still be exact."""
     run_dir = tmp_path / "interrupted"

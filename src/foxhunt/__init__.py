@@ -1,10 +1,14 @@
 """foxhunt: exact DQN / Rainbow training for trading agents and any discrete Gymnasium env.
 
-The public API is re-exported here; submodules hold the details.
+The public API is re-exported here and imported lazily, so ``foxhunt --help`` and user-error
+messages do not wait for PyTorch to load.
 """
 
-from foxhunt.batch import Batch
-from foxhunt.config import DQNHyperparameters
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from foxhunt.errors import (
     CheckpointError,
     ConfigError,
@@ -13,12 +17,45 @@ from foxhunt.errors import (
     FoxhuntError,
     TrainingHalted,
 )
-from foxhunt.learner import DQNAgent, GradientStats
-from foxhunt.networks import QNetwork, RegimeConditionalDQN
-from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
-from foxhunt.trainer import DQNTrainer
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Batch": "foxhunt.batch",
+    "DQNHyperparameters": "foxhunt.config",
+    "DQNAgent": "foxhunt.learner",
+    "GradientStats": "foxhunt.learner",
+    "QNetwork": "foxhunt.networks",
+    "RegimeConditionalDQN": "foxhunt.networks",
+    "PrioritizedReplayBuffer": "foxhunt.replay",
+    "ReplayBuffer": "foxhunt.replay",
+    "DQNTrainer": "foxhunt.trainer",
+    "QEnsemble": "foxhunt.ensemble",
+    "TradingEnv": "foxhunt.envs.trading",
+    "TradingEnvConfig": "foxhunt.envs.trading",
+    "run_hyperopt": "foxhunt.hyperopt",
+}
+
+if TYPE_CHECKING:
+    from foxhunt.batch import Batch
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.ensemble import QEnsemble
+    from foxhunt.envs.trading import TradingEnv, TradingEnvConfig
+    from foxhunt.hyperopt import run_hyperopt
+    from foxhunt.learner import DQNAgent, GradientStats
+    from foxhunt.networks import QNetwork, RegimeConditionalDQN
+    from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
+    from foxhunt.trainer import DQNTrainer
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'foxhunt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Batch",
@@ -32,9 +69,13 @@ __all__ = [
     "FoxhuntError",
     "GradientStats",
     "PrioritizedReplayBuffer",
+    "QEnsemble",
     "QNetwork",
     "RegimeConditionalDQN",
     "ReplayBuffer",
+    "TradingEnv",
+    "TradingEnvConfig",
     "TrainingHalted",
     "__version__",
+    "run_hyperopt",
 ]

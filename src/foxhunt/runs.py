@@ -127,6 +127,13 @@ def build_spec(
     if env is not None and data is not None:
         raise ConfigError(f"--data applies to the trading environment, got it with --env {env!r}")
     trading = env is None
+    if not trading:
+        foreign = sorted(k for k in overrides if k.startswith(("trading.", "market.")))
+        if foreign or file_run.get("trading") or file_run.get("market"):
+            what = foreign[0] if foreign else "a trading/market section"
+            raise ConfigError(
+                f"{what} applies to the trading environment, got it with --env {env!r}"
+            )
     if preset_name is None:
         preset_name = "trading" if trading else ("cartpole" if env == "CartPole-v1" else "default")
     trading_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("trading.")}
@@ -149,9 +156,13 @@ def build_spec(
         or DEFAULT_TOTAL_STEPS["trading" if trading else "gym"]
     )
     try:
+        market_spec = MarketSpec(**market)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, prefix="market.")) from None
+    try:
         spec = RunSpec(
             env=env,
-            market=MarketSpec(**market),
+            market=market_spec,
             trading={**(file_run.get("trading") or {}), **trading_over},
             total_env_steps=steps,
             hyperparameters=hp,
@@ -260,9 +271,7 @@ def select_features(market: Any, names: tuple[str, ...]) -> Any:
             f"market.features has unknown feature {unknown[0]!r}; available: {', '.join(available)}"
         )
     idx = [available.index(n) for n in names]
-    return dataclasses.replace(
-        market, features=market.features[:, idx], feature_names=tuple(names)
-    )
+    return dataclasses.replace(market, features=market.features[:, idx], feature_names=tuple(names))
 
 
 def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
@@ -278,7 +287,10 @@ def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
         raise ConfigError(
             f"env must be a registered Gymnasium id, got: {env_id!r} ({str(err).splitlines()[0]})"
         ) from None
+    space = probe.action_space
     probe.close()
+    if not isinstance(space, gym.spaces.Discrete):
+        raise ConfigError(f"--env {env_id!r} must have a Discrete action space, got: {space}")
     return env_id, env_id, None
 
 

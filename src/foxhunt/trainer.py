@@ -7,12 +7,15 @@ a checkpoint can capture it and a resumed run continues exactly where it stopped
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
 import math
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +185,7 @@ class DQNTrainer:
         self._next_ckpt = hp.checkpoint_interval if hp.checkpoint_interval else math.inf
         self._checkpointer: Any | None = None
         self._pending_eval: float | None = None
+        self._interrupt_requested = False
         self.best_state: dict[str, torch.Tensor] | None = None
         self._t_origin = time.perf_counter()
         log.info(
@@ -377,6 +381,30 @@ class DQNTrainer:
         progress = self._make_progress(total_env_steps)
         t_start = time.perf_counter()
         steps_start, updates_start = self.env_steps, self.agent.optimizer_steps
+        with self._deferred_sigint():
+            self._loop(total_env_steps, progress, callback)
+        elapsed = time.perf_counter() - t_start
+        summary = {
+            "env_steps": self.env_steps,
+            "optimizer_steps": self.agent.optimizer_steps,
+            "episodes": self.episodes,
+            "effective_batch_size": hp.effective_batch_size,
+            "last_eval_return": self.last_eval_return,
+            "best_eval_return": self.best_eval_return,
+            "skipped_steps": self.agent.skipped_steps,
+            "health_events": len(self.health.events),
+            "wall_time_s": elapsed,
+            "env_steps_per_s": (self.env_steps - steps_start) / max(elapsed, 1e-9),
+            "updates_per_s": (self.agent.optimizer_steps - updates_start) / max(elapsed, 1e-9),
+        }
+        if self._checkpointer is not None:
+            self.save_checkpoint()
+        return summary
+
+    def _loop(
+        self, total_env_steps: int, progress: Any, callback: Callable[[dict], Any] | None
+    ) -> None:
+        hp = self.hp
         try:
             while self.env_steps < total_env_steps:
                 self.collect_step()
@@ -397,30 +425,37 @@ class DQNTrainer:
                 if self.env_steps >= self._next_ckpt:
                     self._next_ckpt += hp.checkpoint_interval
                     self.save_checkpoint()
-        except KeyboardInterrupt:
-            log.warning("interrupted at env step %d: saving a checkpoint", self.env_steps)
-            self.save_checkpoint()
-            raise
+                if self._interrupt_requested:
+                    # Ctrl-C lands here, between two loop iterations, never mid-update: the
+                    # checkpoint is the same state a periodic one would hold, so resume is exact.
+                    log.warning("interrupted at env step %d: saving a checkpoint", self.env_steps)
+                    self.save_checkpoint()
+                    raise KeyboardInterrupt
         finally:
             if progress is not None:
                 progress.close()
-        elapsed = time.perf_counter() - t_start
-        summary = {
-            "env_steps": self.env_steps,
-            "optimizer_steps": self.agent.optimizer_steps,
-            "episodes": self.episodes,
-            "effective_batch_size": hp.effective_batch_size,
-            "last_eval_return": self.last_eval_return,
-            "best_eval_return": self.best_eval_return,
-            "skipped_steps": self.agent.skipped_steps,
-            "health_events": len(self.health.events),
-            "wall_time_s": elapsed,
-            "env_steps_per_s": (self.env_steps - steps_start) / max(elapsed, 1e-9),
-            "updates_per_s": (self.agent.optimizer_steps - updates_start) / max(elapsed, 1e-9),
-        }
-        if self._checkpointer is not None:
-            self.save_checkpoint()
-        return summary
+
+    @contextlib.contextmanager
+    def _deferred_sigint(self) -> Iterator[None]:
+        """Turn the first Ctrl-C into a request honoured at the next loop boundary.
+
+        A second Ctrl-C interrupts at once (no checkpoint), for a loop stuck in a slow env.
+        """
+        self._interrupt_requested = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def request(signum: int, frame: Any) -> None:
+            if self._interrupt_requested:
+                raise KeyboardInterrupt
+            self._interrupt_requested = True
+
+        previous = signal.signal(signal.SIGINT, request)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _run_eval(self) -> None:
         ret = self.evaluate()
