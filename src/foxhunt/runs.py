@@ -78,6 +78,8 @@ class RunSpec(BaseModel):
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json")
+        if not self.is_trading:  # market and trading sections mean nothing for a Gymnasium env
+            del data["market"], data["trading"]
         return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -129,7 +131,9 @@ def build_spec(
     trading = env is None
     if not trading:
         foreign = sorted(k for k in overrides if k.startswith(("trading.", "market.")))
-        if foreign or file_run.get("trading") or file_run.get("market"):
+        defaults = RunSpec().model_dump(mode="json")
+        sections = [k for k in ("trading", "market") if file_run.get(k, defaults[k]) != defaults[k]]
+        if foreign or sections:
             what = foreign[0] if foreign else "a trading/market section"
             raise ConfigError(
                 f"{what} applies to the trading environment, got it with --env {env!r}"
@@ -312,7 +316,7 @@ def save_model(
         "obs_dim": agent.obs_dim,
         "n_actions": agent.n_actions,
         "n_regimes": agent.online_net.n_regimes,
-        "hyperparameters": spec.hyperparameters.to_dict(),
+        "hyperparameters": agent.hp.to_dict(),  # the weights' own config, not the spec's
     }
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
