@@ -175,3 +175,19 @@ def test_md_table_formats_rows() -> None:
 
     table = _common.md_table(["a", "b"], [[1, 0.123456], ["x", 12345.6]])
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 0.123 |", "| x | 12346 |"]
+
+
+def test_trading_regimes_smoke(tmp_path: Path) -> None:
+    """The issue-4 benchmark: both agents and the baselines, in its own (row-based) format."""
+    module = importlib.import_module("trading_regimes")
+    out = tmp_path / "trading_regimes.json"
+    returned = module.main(["--smoke", "--out", str(out)])
+    written = json.loads(out.read_text())
+    assert written == json.loads(json.dumps(returned))
+    assert written["benchmark"] == "trading_regimes" and written["smoke"] is True
+    assert {r["variant"] for r in written["rows"]} == {"regime_conditional", "plain_dqn"}
+    for row in written["rows"]:
+        for key in ("agent_log_return", "agent_sharpe", "buy_and_hold_log_return"):
+            assert math.isfinite(row[key]), (key, row[key])
+        assert row["oracle_log_return"] > 0  # the oracle knows the regimes: it must profit
+    assert set(written["mean"]) == {"regime_conditional", "plain_dqn", "buy_and_hold"}
