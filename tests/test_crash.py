@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import TINY_CARTPOLE
 from safetensors.torch import load_file
 
 from foxhunt.checkpoint import CheckpointManager, CheckpointWarning
@@ -29,15 +30,7 @@ from foxhunt.logging import WALL_CLOCK_COLUMNS
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOTAL = 1000
 TINY = {
-    "hidden_sizes": "[32,32]",
-    "learning_starts": 200,
-    "batch_size": 32,
-    "gradient_accumulation_steps": 1,
-    "buffer_capacity": 5000,
-    "train_freq": 4,
-    "gradient_steps": 1,
-    "target_update_interval": 50,
-    "log_interval": 100,
+    **TINY_CARTPOLE,
     "eval_interval": 0,
     "torch_threads": 1,
     "device": "cpu",

@@ -14,21 +14,14 @@ import sys
 from pathlib import Path
 
 import torch
+from _helpers import TINY_CARTPOLE
 from safetensors.torch import load_file
 
 from foxhunt.logging import METRIC_COLUMNS, WALL_CLOCK_COLUMNS
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TINY = {
-    "hidden_sizes": "[32,32]",
-    "learning_starts": 200,
-    "batch_size": 32,
-    "gradient_accumulation_steps": 1,
-    "buffer_capacity": 5000,
-    "train_freq": 4,
-    "gradient_steps": 1,
-    "target_update_interval": 50,
-    "log_interval": 100,
+    **TINY_CARTPOLE,
     "eval_interval": 500,
     "eval_episodes": 2,
     "exploration_fraction": 0.5,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _helpers import TINY_CARTPOLE
 from safetensors.torch import load_file
 
 from foxhunt.logging import METRIC_COLUMNS, WALL_CLOCK_COLUMNS
@@ -32,15 +33,7 @@ K = 600  # checkpoint step; both runs train 2K env steps
 
 # Tiny CartPole config: a run takes ~1 s after imports on one thread.
 TINY = {
-    "hidden_sizes": "[32,32]",
-    "learning_starts": 200,
-    "batch_size": 32,
-    "gradient_accumulation_steps": 1,
-    "buffer_capacity": 5000,
-    "train_freq": 4,
-    "gradient_steps": 1,
-    "target_update_interval": 50,
-    "log_interval": 100,
+    **TINY_CARTPOLE,
     "eval_interval": 400,
     "eval_episodes": 2,
     "torch_threads": 1,
