@@ -59,6 +59,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "qr": {"distributional": "qr", "n_atoms": 8},
     "regime_hard": {"regime_conditional": True, "regime_gating": "hard"},
     "regime_soft": {"regime_conditional": True, "regime_gating": "soft"},
+    "regime_residual": {"regime_conditional": True, "regime_gating": "residual"},
     "lr_warmup_cosine": {"lr_schedule": "cosine", "lr_warmup_steps": 2, "lr_decay_steps": 3},
     "polyak": {"tau": 0.3, "target_update_interval": 1},
     "rainbow_regime": {
@@ -96,7 +97,7 @@ def _filled_replay(hp: DQNHyperparameters, seed: int = 0) -> ReplayBuffer:
     """A replay filled through the n-step accumulator from 2 envs with random episode ends."""
     rng = np.random.default_rng(seed)
     k = _n_regimes(hp)
-    soft = hp.regime_gating == "soft"
+    soft = hp.regime_gating != "hard"
     if hp.prioritized_replay:
         buf: ReplayBuffer = PrioritizedReplayBuffer(1024, (OBS_DIM,), alpha=0.6, seed=seed)
     else:

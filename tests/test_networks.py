@@ -181,3 +181,22 @@ def test_regime_config_errors(hp_factory) -> None:
         QNetwork(2, ACT, hp, n_regimes=3)
     # Without regime_conditional, n_regimes is ignored (one head).
     assert QNetwork(OBS, ACT, hp_factory(), n_regimes=3).n_heads == 1
+
+
+def test_residual_gating_is_shared_head_plus_weighted_corrections(hp_factory) -> None:
+    """residual: Q = head_0(h) + sum_k p_k head_k(h), checked against the head blocks by hand."""
+    K = 3
+    hp = hp_factory(regime_conditional=True, regime_gating="residual", dueling=False)
+    net = QNetwork(OBS, ACT, hp, n_regimes=K)
+    assert net.n_heads == K + 1
+    torch.manual_seed(0)
+    obs = torch.randn(5, OBS)
+    obs[:, -K:] = torch.softmax(torch.randn(5, K), dim=1)
+    with torch.no_grad():
+        heads = net.head_outputs(net.torso(obs)).squeeze(-1)  # [B, K + 1, A]
+        expected = heads[:, 0] + (obs[:, -K:, None] * heads[:, 1:]).sum(dim=1)
+        torch.testing.assert_close(net(obs), expected)
+        # With the corrections zeroed the network is exactly the plain shared head.
+        net.adv_head.weight[ACT:].zero_()
+        net.adv_head.bias[ACT:].zero_()
+        torch.testing.assert_close(net(obs), net.head_outputs(net.torso(obs))[:, 0].squeeze(-1))

@@ -172,8 +172,9 @@ class DQNHyperparameters(BaseModel):
     """Initial noise scale of noisy layers (Fortunato et al. 2018, sigma_0)."""
     regime_conditional: bool = False
     """Per-regime heads selected by the regime estimate (the last n_regimes observation entries)."""
-    regime_gating: Literal["hard", "soft"] = "hard"
-    """hard: the argmax regime's head; soft: heads mixed by regime probabilities."""
+    regime_gating: Literal["hard", "soft", "residual"] = "hard"
+    """hard: the argmax regime's head; soft: heads mixed by regime probabilities; residual: a
+    shared head plus probability-weighted per-regime corrections."""
 
     # --- prioritized replay and n-step
     prioritized_replay: bool = False

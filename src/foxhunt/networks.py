@@ -81,7 +81,7 @@ class QNetwork(nn.Module):
         self.n_out = 1 if hp.distributional == "none" else hp.n_atoms
         self.dueling = hp.dueling
         self.n_regimes = n_regimes if hp.regime_conditional else 0
-        self.soft_gating = hp.regime_gating == "soft"
+        self.gating = hp.regime_gating
         if hp.regime_conditional and n_regimes < 1:
             raise ValueError("regime_conditional needs an environment that reports n_regimes >= 1")
         if self.n_regimes > obs_dim:
@@ -101,7 +101,8 @@ class QNetwork(nn.Module):
             return nn.Linear(width, out)
 
         # All regime heads live in one wide layer: one matmul instead of K small ones.
-        self.n_heads = max(1, self.n_regimes)
+        # residual gating adds a shared head (index 0) that every regime's correction builds on.
+        self.n_heads = max(1, self.n_regimes) + (self.gating == "residual" and self.n_regimes > 0)
         self.adv_head = head(self.n_heads * n_actions * self.n_out)
         self.value_head = head(self.n_heads * self.n_out) if self.dueling else None
         if hp.distributional == "c51":
@@ -126,9 +127,13 @@ class QNetwork(nn.Module):
             out = out[:, 0]
         else:
             probs = obs[:, -self.n_regimes :]
-            if not self.soft_gating:
+            if self.gating == "hard":
                 probs = F.one_hot(probs.argmax(dim=1), self.n_regimes)
-            out = (probs.to(out.dtype)[:, :, None, None] * out).sum(dim=1)
+            weights = probs.to(out.dtype)[:, :, None, None]
+            if self.gating == "residual":
+                out = out[:, 0] + (weights * out[:, 1:]).sum(dim=1)
+            else:
+                out = (weights * out).sum(dim=1)
         return out.squeeze(-1) if self.n_out == 1 else out
 
     def q_values(self, out: torch.Tensor) -> torch.Tensor:

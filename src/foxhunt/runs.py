@@ -62,8 +62,8 @@ class RunSpec(BaseModel):
     """A Gymnasium env id; None = the trading environment."""
     market: MarketSpec = MarketSpec()
     """Market data and regimes (trading runs)."""
-    trading: dict[str, Any] = Field(default_factory=lambda: {"window": 1})
-    """TradingEnvConfig fields (trading runs); window 1 because no price features by default."""
+    trading: dict[str, Any] = Field(default_factory=dict)
+    """TradingEnvConfig fields (trading runs)."""
     total_env_steps: int = Field(50_000, gt=0)
     """Environment steps to train for."""
     hyperparameters: DQNHyperparameters = DQNHyperparameters()
