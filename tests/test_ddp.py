@@ -125,3 +125,49 @@ def test_ddp_two_ranks_equal_single_process_step(tmp_path: Path) -> None:
         got = load_file(str(tmp_path / f"rank{rank}.safetensors"))
         for k, v in ref.items():
             torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6, msg=f"rank {rank}: {k}")
+
+
+def test_torchrun_cli_trains_with_per_and_accumulation(tmp_path: Path) -> None:
+    """`torchrun -m foxhunt.cli train`: two ranks, PER (max weight all-reduced), rank 0 writes."""
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "foxhunt.cli",
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--total-steps",
+        "800",
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--set",
+        "learning_starts=200",
+        "--set",
+        "hidden_sizes=[16]",
+        "--set",
+        "prioritized_replay=true",
+        "--set",
+        "batch_size=16",
+        "--set",
+        "gradient_accumulation_steps=2",
+        "--set",
+        "eval_interval=0",
+        "--set",
+        "log_interval=200",
+    ]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = (run_dir / "summary.json").read_text()
+    assert '"env_steps": 800' in summary
+    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4  # header + one row per 200 env steps, written once (rank 0)

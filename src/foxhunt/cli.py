@@ -253,7 +253,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     spec = _spec_from_args(args)
     run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(spec)
-    _prepare_run_dir(run_dir, args.force)
+    from foxhunt.distributed import current
+
+    if current().is_main:  # data-parallel workers write nothing
+        _prepare_run_dir(run_dir, args.force)
     run_training(spec, run_dir, progress=not args.no_progress)
     return 0
 

@@ -185,7 +185,11 @@ class DQNAgent:
 
         # Noise is drawn from identically seeded generators on every rank, so buffers need no
         # broadcast on each forward.
-        ddp_kwargs.setdefault("broadcast_buffers", False)
+        import inspect
+
+        params = inspect.signature(DDP.__init__).parameters
+        key = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+        ddp_kwargs.setdefault(key, False)
         self._ddp = DDP(self.online_net, **ddp_kwargs)
         self._forward_net = self._ddp
 
