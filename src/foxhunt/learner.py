@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -185,8 +186,6 @@ class DQNAgent:
 
         # Noise is drawn from identically seeded generators on every rank, so buffers need no
         # broadcast on each forward.
-        import inspect
-
         params = inspect.signature(DDP.__init__).parameters
         key = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
         ddp_kwargs.setdefault(key, False)

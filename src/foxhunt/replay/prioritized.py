@@ -62,9 +62,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             weights /= weights.max()
         return slots, torch.as_tensor(weights, dtype=torch.float32).to(self.device)
 
-    def sample(
-        self, batch_size: int, beta: float | None = 0.4, *, normalize: bool = True
-    ) -> Batch:
+    def sample(self, batch_size: int, beta: float | None = 0.4, *, normalize: bool = True) -> Batch:
         """Draw a stratified prioritized batch with importance weights normalised over it."""
         return self.gather(*self.sample_slots(batch_size, beta, normalize=normalize))
 
