@@ -33,6 +33,7 @@ from foxhunt._io import atomic_write_text
 from foxhunt.errors import ConfigError, FoxhuntError
 from foxhunt.learner import DQNAgent
 from foxhunt.runs import RunSpec, load_model, load_spec
+from foxhunt.trainer import episode_returns
 
 ENSEMBLE_FILE = "ensemble.json"
 ENSEMBLE_FORMAT = "foxhunt-ensemble"
@@ -426,16 +427,9 @@ def evaluate_ensemble(
             raise ConfigError(f"data applies to trading ensembles, got it for env {spec.env!r}")
         rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
         env = gym.make(spec.env)  # type: ignore[arg-type]
-        returns = []
+        seeds = [spec.hyperparameters.seed + _EVAL_SEED_OFFSET + k for k in range(episodes)]
         try:
-            for k in range(episodes):
-                obs, _ = env.reset(seed=spec.hyperparameters.seed + _EVAL_SEED_OFFSET + k)
-                done, total = False, 0.0
-                while not done:
-                    obs, r, term, trunc, _ = env.step(rec(np.asarray(obs, np.float32)))
-                    total += float(r)
-                    done = bool(term or trunc)
-                returns.append(total)
+            returns = episode_returns(env, rec, seeds)
         finally:
             env.close()
         out = {

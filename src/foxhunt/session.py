@@ -17,7 +17,7 @@ import numpy as np
 from foxhunt._io import atomic_write_text
 from foxhunt.errors import FoxhuntError, TrainingHalted
 from foxhunt.runs import RunSpec, load_model, load_spec, make_envs, model_policy, save_model
-from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
 
 log = logging.getLogger("foxhunt.session")
 
@@ -175,15 +175,11 @@ def evaluate_run(
         import gymnasium as gym
 
         env = gym.make(spec.env)  # type: ignore[arg-type]
-        returns = []
-        for k in range(episodes):
-            obs, _ = env.reset(seed=spec.hyperparameters.seed + 2_000_003 + k)
-            done, total = False, 0.0
-            while not done:
-                obs, r, term, trunc, _ = env.step(act(np.asarray(obs, np.float32)))
-                total += float(r)
-                done = bool(term or trunc)
-            returns.append(total)
+        seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
+        try:
+            returns = episode_returns(env, act, seeds)
+        finally:
+            env.close()
         out = {
             "env": spec.env,
             "episodes": episodes,

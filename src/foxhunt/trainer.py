@@ -92,6 +92,30 @@ def n_regimes_of(env: gym.Env | gym.vector.VectorEnv) -> int:
     return int(getattr(env.unwrapped, "n_regimes", 0) or 0)
 
 
+def episode_returns(
+    env: gym.Env,
+    act: Callable[[np.ndarray], int],
+    seeds: list[int],
+    max_steps: int = 1_000_000,
+) -> list[float]:
+    """Undiscounted return of one episode per seed, acting with ``act`` (float32 observations).
+
+    Every greedy evaluation in foxhunt (training, ``foxhunt evaluate``, ensembles) goes through
+    here, so their numbers are comparable.
+    """
+    returns = []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        total, done, steps = 0.0, False, 0
+        while not done and steps < max_steps:
+            obs, reward, terminated, truncated, _ = env.step(act(np.asarray(obs, np.float32)))
+            total += float(reward)
+            done = bool(terminated or truncated)
+            steps += 1
+        returns.append(total)
+    return returns
+
+
 @dataclass
 class _Window:
     """Running sums between two metrics rows (kept as floats; cheap, deterministic)."""
@@ -352,18 +376,11 @@ class DQNTrainer:
             src = self._eval_source
             self._eval_env = _env_factory(src)() if not isinstance(src, gym.Env) else src
         env = self._eval_env
-        returns = []
+        seeds = [self.hp.seed + 1_000_003 + k for k in range(n)]
         with self.agent.evaluation():
-            for k in range(n):
-                obs, _ = env.reset(seed=self.hp.seed + 1_000_003 + k)
-                total, done, steps = 0.0, False, 0
-                while not done and steps < max_steps:
-                    action = int(self.agent.greedy_actions(np.asarray(obs, np.float32))[0])
-                    obs, reward, terminated, truncated, _ = env.step(action)
-                    total += float(reward)
-                    done = bool(terminated or truncated)
-                    steps += 1
-                returns.append(total)
+            returns = episode_returns(
+                env, lambda obs: int(self.agent.greedy_actions(obs)[0]), seeds, max_steps
+            )
         return float(np.mean(returns))
 
     # --- the loop
