@@ -33,13 +33,10 @@ from foxhunt._io import atomic_write_text
 from foxhunt.errors import ConfigError, FoxhuntError
 from foxhunt.learner import DQNAgent
 from foxhunt.runs import RunSpec, load_model, load_spec
-from foxhunt.trainer import episode_returns
 
 ENSEMBLE_FILE = "ensemble.json"
 ENSEMBLE_FORMAT = "foxhunt-ensemble"
 ENSEMBLE_FORMAT_VERSION = 1
-# The same episode seeds as foxhunt.session.evaluate_run, so ensemble and single-run scores compare.
-_EVAL_SEED_OFFSET = 2_000_003
 
 
 @dataclass(frozen=True)
@@ -408,7 +405,7 @@ def evaluate_ensemble(
     ``run_dir/backtest/ensemble.json``. Gymnasium: mean greedy return over ``episodes`` (the same
     episode seeds as ``foxhunt evaluate``), written to ``run_dir/evaluation.json``.
     """
-    from foxhunt.session import backtest_run
+    from foxhunt.session import backtest_run, gym_evaluation
 
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
@@ -421,22 +418,11 @@ def evaluate_ensemble(
         "max_std": max_std,
     }
     if not spec.is_trading:
-        import gymnasium as gym
-
         if data is not None:
             raise ConfigError(f"data applies to trading ensembles, got it for env {spec.env!r}")
         rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
-        env = gym.make(spec.env)  # type: ignore[arg-type]
-        seeds = [spec.hyperparameters.seed + _EVAL_SEED_OFFSET + k for k in range(episodes)]
-        try:
-            returns = episode_returns(env, rec, seeds)
-        finally:
-            env.close()
         out = {
-            "env": spec.env,
-            "episodes": episodes,
-            "mean_return": float(np.mean(returns)),
-            "std_return": float(np.std(returns)),
+            **gym_evaluation(spec, rec, episodes),
             "ensemble": {**settings, "fallback_action": fallback_action, **rec.stats()},
         }
         atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))

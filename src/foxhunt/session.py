@@ -172,23 +172,28 @@ def evaluate_run(
     agent = load_model(run_dir, model)
     act = model_policy(agent)
     if not spec.is_trading:
-        import gymnasium as gym
-
-        env = gym.make(spec.env)  # type: ignore[arg-type]
-        seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
-        try:
-            returns = episode_returns(env, act, seeds)
-        finally:
-            env.close()
-        out = {
-            "env": spec.env,
-            "episodes": episodes,
-            "mean_return": float(np.mean(returns)),
-            "std_return": float(np.std(returns)),
-        }
+        out = gym_evaluation(spec, act, episodes)
         atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
         return out
     return backtest_run(run_dir, spec, act, data=data, split=split)
+
+
+def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
+    """Greedy returns of ``act`` on the run's Gymnasium env, on seeds shared by every evaluator."""
+    import gymnasium as gym
+
+    env = gym.make(spec.env)  # type: ignore[arg-type]
+    seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
+    try:
+        returns = episode_returns(env, act, seeds)
+    finally:
+        env.close()
+    return {
+        "env": spec.env,
+        "episodes": episodes,
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+    }
 
 
 def backtest_run(
