@@ -35,7 +35,10 @@ WORKER = textwrap.dedent(
     stats = agent.optimizer_step()
     save_file({k: v.contiguous() for k, v in agent.online_net.state_dict().items()},
               os.path.join(sys.argv[1], f"rank{info.rank}.safetensors"))
+    dist.barrier()  # both ranks are done with collectives before either tears down
     dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: gloo threads can abort it (std::terminate)
     """
 )
 

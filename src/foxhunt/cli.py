@@ -386,9 +386,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             from foxhunt.distributed import init_from_env
 
-            init_from_env(
-                "cuda" if torch.cuda.is_available() else "cpu"
-            )  # joins a torchrun job when launched by torchrun; no-op otherwise
+            # Joins a torchrun job when launched by torchrun; no-op otherwise.
+            init_from_env("cuda" if torch.cuda.is_available() else "cpu")
+            code = COMMANDS[args.command](args)
+            from foxhunt.distributed import shutdown
+
+            shutdown()
+            return code
         return COMMANDS[args.command](args)
     except FoxhuntError as err:
         print(f"foxhunt: error: {_one_line(err)}", file=sys.stderr)

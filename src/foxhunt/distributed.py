@@ -57,3 +57,13 @@ def current() -> DistInfo:
         world_size=dist.get_world_size(),
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
     )
+
+
+def shutdown() -> None:
+    """Leave the process group cleanly: every rank reaches the barrier before teardown, so no
+    rank exits while a peer is still inside a collective (gloo aborts the process if one does)."""
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
