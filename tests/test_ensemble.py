@@ -375,7 +375,7 @@ def hand_returns(policy, episodes: int, seed: int = 11) -> list[float]:
 def write_ensemble_dir(root: Path, agents: list[DQNAgent], env: str = "CartPole-v1") -> Path:
     spec = build_spec(env=env, overrides={**TINY, "hidden_sizes": [2]}, total_steps=100)
     for i, agent in enumerate(agents):
-        save_model(root / f"member-{i}", agent, spec)
+        save_model(root / f"member-{i}", agent)
     (root / "config.yaml").write_text(spec.to_yaml())
     members = [{"path": f"member-{i}", "seed": i} for i in range(len(agents))]
     manifest = {"format": "foxhunt-ensemble", "format_version": 1, "members": members}

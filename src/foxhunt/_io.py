@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from foxhunt.errors import FoxhuntError
 
 
 def fsync_dir(path: Path) -> None:
@@ -39,3 +43,16 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """UTF-8 text version of :func:`atomic_write_bytes`."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """A JSON file that must hold an object; any other content is a one-line FoxhuntError."""
+    if not path.is_file():
+        raise FoxhuntError(f"{what} not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise FoxhuntError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise FoxhuntError(f"{path} must hold a JSON object, got: {type(data).__name__}")
+    return data

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from foxhunt._io import atomic_write_text
+from foxhunt._io import atomic_write_text, read_json_object
 from foxhunt.errors import ConfigError, FoxhuntError
 from foxhunt.learner import DQNAgent
 from foxhunt.runs import RunSpec, load_model, load_spec
@@ -269,10 +269,7 @@ def read_manifest(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / ENSEMBLE_FILE
     if not path.is_file():
         raise FoxhuntError(f"not a foxhunt ensemble directory (no {ENSEMBLE_FILE}): {run_dir}")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise FoxhuntError(f"{path} is not valid JSON: {err}") from None
+    meta = read_json_object(path, "ensemble manifest")
     if (
         not isinstance(meta, dict)
         or meta.get("format") != ENSEMBLE_FORMAT

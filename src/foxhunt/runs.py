@@ -18,7 +18,7 @@ import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from foxhunt._io import atomic_write_bytes, atomic_write_text
+from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object
 from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
 from foxhunt.envs.trading import TradingEnvConfig
 from foxhunt.errors import ConfigError, FoxhuntError
@@ -300,7 +300,7 @@ def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
 
 # --- the final model
 def save_model(
-    run_dir: Path, agent: Any, spec: RunSpec, best_state: dict[str, torch.Tensor] | None = None
+    run_dir: Path, agent: Any, best_state: dict[str, torch.Tensor] | None = None
 ) -> None:
     """The greedy policy: final (and best-evaluated) online weights in safetensors + JSON meta."""
     from safetensors.torch import save as st_save
@@ -316,7 +316,7 @@ def save_model(
         "obs_dim": agent.obs_dim,
         "n_actions": agent.n_actions,
         "n_regimes": agent.online_net.n_regimes,
-        "hyperparameters": agent.hp.to_dict(),  # the weights' own config, not the spec's
+        "hyperparameters": agent.hp.to_dict(),
     }
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
@@ -340,10 +340,7 @@ def load_model(run_dir: Path, which: str = "final") -> Any:
     for p in (meta_path, weights):
         if not p.is_file():
             raise FoxhuntError(f"run directory has no trained model: {p} is missing")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise FoxhuntError(f"{meta_path} is not valid JSON: {err}") from None
+    meta = read_json_object(meta_path, "model description")
     if meta.get("format") != "foxhunt-model" or meta.get("format_version") != 1:
         raise FoxhuntError(
             f"{meta_path}: unknown model format {meta.get('format')!r} "

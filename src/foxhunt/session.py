@@ -47,8 +47,8 @@ def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTraine
     )
 
 
-def _finish(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, summary: dict[str, Any]) -> None:
-    save_model(run_dir, trainer.agent, spec, best_state=trainer.best_state)
+def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
+    save_model(run_dir, trainer.agent, best_state=trainer.best_state)
     summary = {**summary, "health": [e.__dict__ for e in trainer.health.events]}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2, default=float))
 
@@ -68,7 +68,7 @@ def _train_loop(
         if trainer.logger is not None:
             trainer.logger.close()
         trainer.close()
-    _finish(trainer, spec, run_dir, summary)
+    _finish(trainer, run_dir, summary)
     if progress:
         print_summary({k: v for k, v in summary.items() if not isinstance(v, list)})
     return summary
