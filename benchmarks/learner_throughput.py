@@ -41,7 +41,9 @@ def random_transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def make_foxhunt(batch: int, data: dict[str, np.ndarray], double_q: bool) -> Any:
+def make_foxhunt(
+    batch: int, data: dict[str, np.ndarray], double_q: bool, compile: bool = False
+) -> Any:
     from foxhunt.config import DQNHyperparameters
     from foxhunt.trainer import DQNTrainer
 
@@ -58,6 +60,7 @@ def make_foxhunt(batch: int, data: dict[str, np.ndarray], double_q: bool) -> Any
         optimizer="adam",
         hidden_sizes=HIDDEN,
         double_q=double_q,
+        compile=compile,
         target_update_interval=10**9,
         device="cpu",
         torch_threads=1,
@@ -152,6 +155,7 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
     data = random_transitions(n_fill)
     fox = make_foxhunt(batch, data, double_q=False)
     fox2 = make_foxhunt(batch, data, double_q=True)
+    fox_compiled = make_foxhunt(batch, data, double_q=False, compile=True)
     sb3 = make_sb3(batch, data)
     minimal = MinimalLoop(batch, data)
     torch.set_num_threads(1)  # after construction: nothing may have changed it back
@@ -170,10 +174,11 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
     runners = {
         "foxhunt": fox_n(fox),
         "foxhunt_double_q": fox_n(fox2),
+        "foxhunt_compiled": fox_n(fox_compiled),
         "sb3": lambda n: sb3.train(gradient_steps=n, batch_size=batch),
         "torch_minimal": minimal_n,
     }
-    for run in runners.values():  # warm-up: allocator, optimizer state, lazy init
+    for run in runners.values():  # warm-up: allocator, optimizer state, lazy init, compilation
         run(max(2, n_updates // 10))
     per_rep = C.interleaved({k: (lambda r=r: rate(r, n_updates)) for k, r in runners.items()}, reps)
     med = {k: C.median(v) for k, v in per_rep.items()}
@@ -186,6 +191,10 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
         "updates_per_s_reps": per_rep,
         "ratio_foxhunt_vs_sb3": med["foxhunt"] / med["sb3"],
         "ratio_foxhunt_vs_sb3_paired_median": C.median(fox_ratio),
+        "ratio_foxhunt_compiled_vs_sb3": med["foxhunt_compiled"] / med["sb3"],
+        "ratio_foxhunt_compiled_vs_sb3_paired_median": C.median(
+            C.per_rep_ratios(per_rep["foxhunt_compiled"], per_rep["sb3"])
+        ),
         "ratio_foxhunt_double_q_vs_sb3": med["foxhunt_double_q"] / med["sb3"],
         "ratio_foxhunt_vs_torch_minimal": med["foxhunt"] / med["torch_minimal"],
     }
@@ -227,6 +236,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "ratio_foxhunt_vs_sb3_paired_median"
         ]
         ratios[f"foxhunt_double_q_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_double_q_vs_sb3"]
+        ratios[f"foxhunt_compiled_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_compiled_vs_sb3"]
+        ratios[f"foxhunt_compiled_vs_sb3_updates_per_s_b{b}_paired"] = r[
+            "ratio_foxhunt_compiled_vs_sb3_paired_median"
+        ]
         ratios[f"foxhunt_vs_torch_minimal_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_torch_minimal"]
     rows = []
     for r in results:
@@ -236,11 +249,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 r["batch_size"],
                 m["foxhunt"],
                 m["foxhunt_double_q"],
+                m["foxhunt_compiled"],
                 m["sb3"],
                 m["torch_minimal"],
                 r["ratio_foxhunt_vs_sb3"],
                 r["ratio_foxhunt_vs_sb3_paired_median"],
                 r["ratio_foxhunt_double_q_vs_sb3"],
+                r["ratio_foxhunt_compiled_vs_sb3"],
+                r["ratio_foxhunt_compiled_vs_sb3_paired_median"],
                 r["ratio_foxhunt_vs_torch_minimal"],
             ]
         )
@@ -249,11 +265,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "batch",
             "foxhunt upd/s",
             "foxhunt double-Q upd/s",
+            "foxhunt compile upd/s",
             "SB3 upd/s",
             "torch minimal upd/s",
             "foxhunt / SB3",
             "foxhunt / SB3 (paired reps)",
             "foxhunt double-Q / SB3",
+            "foxhunt compile / SB3",
+            "(paired reps)",
             "foxhunt / torch minimal",
         ],
         rows,
@@ -272,7 +291,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     notes = (
         "Median updates/s over interleaved repetitions (A, B, C, D rotating). foxhunt = "
         "DQNTrainer.train_step with double_q=False (SB3's maths); foxhunt_double_q = the default "
-        "double DQN; sb3 = DQN.train(gradient_steps=N); torch_minimal = bare torch loop (floor)."
+        "double DQN; foxhunt_compiled = foxhunt with compile: true (forward, target and loss in "
+        "one torch.compile graph, its backward compiled too); sb3 = DQN.train(gradient_steps=N); "
+        "torch_minimal = bare torch loop (floor)."
     )
     return C.finish("learner_throughput", args, config, results, ratios, notes, table)
 

@@ -56,7 +56,13 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
     assert [r["batch_size"] for r in out["results"]] == [64, 256]
     for r in out["results"]:
         med = r["updates_per_s_median"]
-        assert set(med) == {"foxhunt", "foxhunt_double_q", "sb3", "torch_minimal"}
+        assert set(med) == {
+            "foxhunt",
+            "foxhunt_double_q",
+            "foxhunt_compiled",
+            "sb3",
+            "torch_minimal",
+        }
         _positive(med)
         for name, reps in r["updates_per_s_reps"].items():
             assert len(reps) == r["reps"] == 2
@@ -64,6 +70,9 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
         assert r["ratio_foxhunt_vs_sb3"] == pytest.approx(med["foxhunt"] / med["sb3"])
         assert out["ratios"][f"foxhunt_vs_sb3_updates_per_s_b{r['batch_size']}"] == pytest.approx(
             r["ratio_foxhunt_vs_sb3"]
+        )
+        assert r["ratio_foxhunt_compiled_vs_sb3"] == pytest.approx(
+            med["foxhunt_compiled"] / med["sb3"]
         )
 
 
@@ -107,6 +116,7 @@ def test_accumulation_memory_smoke(tmp_path: Path) -> None:
     labels = [r["label"] for r in out["results"]]
     assert labels == ["1 x 32", "2 x 32", "1 x 64"]
     for r in out["results"]:
+        assert r["network"] == "smoke"
         assert r["effective_batch"] == r["batch"] * r["n_micro"]
         assert r["us_per_sample"] > 0 and r["baseline_rss_mib"] > 0
         assert len(r["us_per_sample_reps"]) == 2  # timing is interleaved: one step per round
@@ -118,7 +128,7 @@ def test_accumulation_memory_smoke(tmp_path: Path) -> None:
         assert r["peak_torch_alloc_mib"] >= obs_mib + r["param_mib"]
     ref, acc = out["results"][0], out["results"][1]
     assert ref["peak_torch_ratio_vs_1xb"] == pytest.approx(1.0)
-    assert out["ratios"]["peak_torch_2x32_vs_1x32"] == pytest.approx(
+    assert out["ratios"]["smoke_peak_torch_2x32_vs_1x32"] == pytest.approx(
         acc["peak_torch_alloc_mib"] / ref["peak_torch_alloc_mib"]
     )
 

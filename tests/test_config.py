@@ -117,7 +117,7 @@ def test_presets_build_and_effective_batch_size() -> None:
     assert (rb.n_step, rb.distributional) == (3, "c51")
     cp = DQNHyperparameters.cartpole()
     assert cp.learning_rate == pytest.approx(2.3e-3)
-    assert cp.hidden_sizes == (256, 256)
+    assert cp.hidden_sizes == (128, 128) and cp.n_envs == 4
     big = DQNHyperparameters.rainbow(batch_size=32, gradient_accumulation_steps=8)
     assert big.effective_batch_size == 256
     # Preset overrides are validated like anything else.

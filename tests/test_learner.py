@@ -90,6 +90,36 @@ def test_clipping_fires_norms_and_applied_update(hp_factory, agent_factory, batc
     assert all(p.grad is None for p in agent.params)
 
 
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd", "rmsprop"])
+def test_clipped_step_matches_clip_grad_norm_then_step(
+    name: str, hp_factory, agent_factory, batch_factory
+) -> None:
+    """Every optimizer (fused kernels fold the clip into their read of the gradient; the others
+    scale the gradients first) lands where clip_grad_norm_ + a for-loop optimizer lands."""
+    max_norm = 0.05
+    hp = hp_factory(optimizer=name, learning_rate=1e-2, momentum=0.9, max_grad_norm=max_norm)
+    agent = agent_factory(hp)
+    ref_params = [torch.nn.Parameter(p.detach().clone()) for p in agent.params]
+    kwargs: dict[str, Any] = dict(lr=1e-2, foreach=False, weight_decay=0.0)
+    ref_opt = {
+        "adam": lambda: torch.optim.Adam(ref_params, eps=hp.adam_eps, **kwargs),
+        "adamw": lambda: torch.optim.AdamW(ref_params, eps=hp.adam_eps, **kwargs),
+        "sgd": lambda: torch.optim.SGD(ref_params, momentum=0.9, **kwargs),
+        "rmsprop": lambda: torch.optim.RMSprop(ref_params, eps=hp.adam_eps, momentum=0.9, **kwargs),
+    }[name]()
+    for step in range(3):
+        for mb in batch_factory(64, seed=step, reward_scale=5.0).split([32, 32]):
+            agent.backward_only(mb, 0.5)
+        for ref, p in zip(ref_params, agent.params, strict=True):
+            ref.grad = p.grad.detach().clone()
+        ref_norm = torch.nn.utils.clip_grad_norm_(ref_params, max_norm)
+        ref_opt.step()
+        stats = agent.optimizer_step()
+        assert stats.clipped and stats.pre_clip_norm == pytest.approx(float(ref_norm), rel=1e-5)
+        assert not hasattr(agent.optimizer, "grad_scale")
+        torch.testing.assert_close(_flat(agent.params), _flat(ref_params), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("max_norm", [1e6, None])
 def test_no_clipping_leaves_gradients_untouched(
     max_norm: float | None, hp_factory, agent_factory, batch_factory

@@ -206,7 +206,8 @@ class DQNHyperparameters(BaseModel):
     mixed_precision: Literal["off", "bf16", "fp16"] = "off"
     """Autocast dtype for the forward pass; fp16 adds a gradient scaler (CUDA)."""
     compile: bool = False
-    """torch.compile the network (opt-in; first steps are slower)."""
+    """torch.compile the learner step: forward, target and loss as one graph with a compiled
+    backward (~1.1x updates/s on a 256x256 MLP on CPU; the first steps pay seconds of compiling)."""
     replay_on_device: bool = False
     """Keep replay storage on the training device (GPU) instead of host memory."""
 

@@ -171,9 +171,8 @@ class DQNAgent:
         self.skipped_steps = 0
         self.consecutive_skips = 0
         self._forward_net: nn.Module = self.online_net
-        if hp.compile:
-            self._forward_net = torch.compile(self.online_net)  # type: ignore[assignment]
         self._ddp: nn.Module | None = None
+        self._objective = self._build_objective()
 
     # --- data parallel
     def enable_data_parallel(self, **ddp_kwargs: Any) -> None:
@@ -191,6 +190,7 @@ class DQNAgent:
         ddp_kwargs.setdefault(key, False)
         self._ddp = DDP(self.online_net, **ddp_kwargs)
         self._forward_net = self._ddp
+        self._objective = self._build_objective()
 
     def _sync_context(self, sync: bool) -> contextlib.AbstractContextManager[Any]:
         if self._ddp is not None and not sync:
@@ -247,6 +247,36 @@ class DQNAgent:
             q_taken = taken.detach().mean(dim=-1)
         return loss, td.detach(), q_taken
 
+    def _micro_objective(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        dones: torch.Tensor,
+        discounts: torch.Tensor | None,
+        weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, ...]:
+        """Everything between the sampled tensors and ``backward``: the unit of ``compile``."""
+        batch = Batch(obs, actions, rewards, next_obs, dones, discounts, weights)
+        per_sample, td, q_taken = self.compute_loss(batch)
+        weighted = per_sample if weights is None else per_sample * weights
+        loss = weighted.mean()
+        # A non-finite loss can have finite gradients (Huber's gradient is bounded, so an
+        # infinite target still gives a finite step): turn it into NaN gradients so the window
+        # is skipped, on every data-parallel rank alike. Multiplying by 1.0 is exact.
+        objective = loss * torch.where(torch.isfinite(loss.detach()), 1.0, math.nan)
+        return objective, loss.detach(), td, q_taken.mean(), q_taken.abs().max()
+
+    def _build_objective(self):  # type: ignore[no-untyped-def]
+        """The eager objective, or with ``compile`` one torch.compile graph of the whole
+        forward + target + loss (its backward compiled by AOTAutograd): fewer kernel launches,
+        which is what bounds DQN-sized networks. Replaced when DDP wraps the network."""
+        if not self.hp.compile:
+            return self._micro_objective
+        # Static shapes: an accumulation window has at most two micro-batch sizes.
+        return torch.compile(self._micro_objective, dynamic=False)
+
     # --- the optimization step
     def backward_micro_batch(
         self, batch: Batch, scale: float, *, sync: bool = True
@@ -260,17 +290,20 @@ class DQNAgent:
         if not self.online_net.training:
             self.online_net.train()
         with self._sync_context(sync):
-            per_sample, td, q_taken = self.compute_loss(batch)
-            weighted = per_sample if batch.weights is None else per_sample * batch.weights
-            loss = weighted.mean()
-            # A non-finite loss can have finite gradients (Huber's gradient is bounded, so an
-            # infinite target still gives a finite step): turn it into NaN gradients so the
-            # window is skipped, on every data-parallel rank alike. Multiplying by 1.0 is exact.
-            scaled = loss * scale * torch.where(torch.isfinite(loss.detach()), 1.0, math.nan)
+            objective, loss, td, q_mean, q_abs_max = self._objective(
+                batch.obs,
+                batch.actions,
+                batch.rewards,
+                batch.next_obs,
+                batch.dones,
+                batch.discounts,
+                batch.weights,
+            )
+            scaled = objective * scale
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
             scaled.backward()
-        return MicroBatchResult(loss.detach(), td, q_taken.mean(), q_taken.abs().max())
+        return MicroBatchResult(loss, td, q_mean, q_abs_max)
 
     def backward_only(self, batch: Batch, scale: float = 1.0, *, sync: bool = True) -> float:
         """Accumulate ``scale * loss(batch)`` gradients with one backward pass; return the loss."""
@@ -289,7 +322,9 @@ class DQNAgent:
         grads = [p.grad for p in self.params if p.grad is not None]
         if not grads:
             raise RuntimeError("optimizer_step called with no accumulated gradients")
-        pre = torch.nn.utils.get_total_norm(grads, foreach=True)
+        # get_total_norm's maths without its per-call grouping by device and dtype: every
+        # gradient here shares the parameters' one device and dtype.
+        pre = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         pre_f = float(pre)  # the one host sync per step: decides skip vs step
         if not math.isfinite(pre_f):
             if self.scaler is not None:
@@ -302,12 +337,12 @@ class DQNAgent:
         post_f = pre_f
         if hp.max_grad_norm is not None:
             # The same coefficient as torch.nn.utils.clip_grad_norm_, min(1, max / (norm + 1e-6)),
-            # applied to the gradients of the one backward pass. The norm is already on the host,
-            # so the multiply (a no-op at coefficient 1) runs only when clipping fires.
+            # applied to the gradients of the one backward pass. The norm is already on the host
+            # (for the skip decision), so clipping is one scalar multiply and only when it fires.
             coef = min(1.0, hp.max_grad_norm / (pre_f + 1e-6))
             if coef < 1.0:
                 clipped = True
-                torch._foreach_mul_(grads, (hp.max_grad_norm / (pre + 1e-6)).clamp(max=1.0))
+                torch._foreach_mul_(grads, coef)
             post_f = pre_f * coef
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
@@ -327,7 +362,8 @@ class DQNAgent:
 
     def zero_grad(self) -> None:
         """Drop accumulated gradients (set to None, so no memory is held between windows)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
 
     @torch.no_grad()
     def sync_target(self, tau: float | None = None) -> None:

@@ -278,7 +278,7 @@ class DQNTrainer:
         # Slots (and weights) are drawn for the whole window at once; rows are gathered one
         # micro-batch at a time, so only one micro-batch of inputs and graph is alive at once.
         sizes = split_sizes(eff, hp.gradient_accumulation_steps)
-        bounds = np.cumsum([0, *sizes])
+        bounds = [0, *itertools.accumulate(sizes)]
         results = []
         for i, (a, b) in enumerate(itertools.pairwise(bounds)):
             mb = self.replay.gather(slots[a:b], None if weights is None else weights[a:b])
