@@ -102,6 +102,82 @@ def test_timestamp_formats(tmp_path, stamps, expected):
     assert df.index.dtype == "datetime64[ns]"
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        (
+            "semicolon",
+            "Date;Open;High;Low;Close;Volume\n02.01.2020;10;11;9;10.5;100\n"
+            "03.01.2020;10.5;11.5;10;11;200\n",
+        ),
+        (
+            "decimal comma",
+            "Date;Open;High;Low;Close;Volume\n2020-01-02;10,0;11,0;9,0;10,5;100\n"
+            "2020-01-03;10,5;11,5;10,0;11,0;1.200,5\n",
+        ),
+        (
+            "tab",
+            "date\topen\thigh\tlow\tclose\tvolume\n2020-01-02\t10\t11\t9\t10.5\t100\n"
+            "2020-01-03\t10.5\t11.5\t10\t11\t200\n",
+        ),
+        ("pipe", "date|open|high|low|close\n2020-01-02|10|11|9|10.5\n2020-01-03|10.5|11.5|10|11\n"),
+    ],
+)
+def test_delimiters_and_decimal_commas(tmp_path, name, text):
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["close"].tolist() == [10.5, 11.0]
+    assert df["open"].tolist() == [10.0, 10.5]
+    assert list(df.index) == [pd.Timestamp("2020-01-02"), pd.Timestamp("2020-01-03")]
+    if name == "decimal comma":
+        assert df["volume"].tolist() == [100.0, 1200.5]
+
+
+def test_thousands_separators_and_volume_suffixes(tmp_path):
+    text = (
+        "Date,Price,Open,High,Low,Vol.,Change %\n"
+        '"Jan 03, 2020","1,011.5","1,005.0","1,012.0","1,001.0",12.5K,0.5%\n'
+        '"Jan 02, 2020","1,006.5","1,000.0","1,007.0","999.0",3.1M,-0.1%\n'
+    )
+    df = load_ohlcv(write(tmp_path, text))  # investing.com: newest first, "Price" is the close
+    assert list(df.index) == [pd.Timestamp("2020-01-02"), pd.Timestamp("2020-01-03")]
+    assert df["close"].tolist() == [1006.5, 1011.5]
+    assert df["volume"].tolist() == [3.1e6, 12.5e3]
+
+
+def test_metatrader_headers_and_fallback_columns(tmp_path):
+    text = (
+        "<DATE>,<TIME>,<OPEN>,<HIGH>,<LOW>,<CLOSE>,<TICKVOL>,<VOL>,<SPREAD>\n"
+        "2020.01.02,10:00:00,10,11,9,10.5,55,0,2\n"
+        "2020.01.02,11:00:00,10.5,11.5,10,11,66,0,2\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2020-01-02 10:00"), pd.Timestamp("2020-01-02 11:00")]
+    assert df["volume"].tolist() == [0.0, 0.0]  # <VOL> wins over the tick-volume fallback
+    no_vol = text.replace(",<VOL>", "").replace(",0,2", ",2")
+    assert load_ohlcv(write(tmp_path, no_vol))["volume"].tolist() == [55.0, 66.0]
+    dukascopy = (
+        "Gmt time,Open,High,Low,Last\n02.01.2020 10:00,10,11,9,10.5\n02.01.2020 11:00,10,11,9,10\n"
+    )
+    assert load_ohlcv(write(tmp_path, dukascopy))["close"].tolist() == [10.5, 10.0]
+
+
+def test_newest_first_file_is_reversed_and_errors_keep_file_rows(tmp_path, caplog):
+    rows = list(reversed(GOOD_ROWS))
+    df = load_ohlcv(write(tmp_path, HEADER + "\n".join(rows) + "\n"))
+    assert df["close"].tolist() == [10.5, 11.0, 11.5]
+    assert "newest first" in caplog.text
+    rows[0] = "2020-01-03,11,12,10.5,-1,300"  # file row 1, the last bar after reversing
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, HEADER + "\n".join(rows) + "\n"))
+    assert_one_line(err, "row 1 (2020-01-03)", "non-positive price")
+
+
+def test_headerless_file_is_named_as_such(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "\n".join(GOOD_ROWS) + "\n"))
+    assert_one_line(err, "bars.csv", "looks like data, not a header")
+
+
 def test_separate_date_and_time_columns(tmp_path):
     text = (
         "Date,Time,Open,High,Low,Close\n"
@@ -184,8 +260,8 @@ def test_inf_value(tmp_path):
 
 def test_non_numeric_value(tmp_path):
     with pytest.raises(DataError) as err:
-        load_ohlcv(write(tmp_path, rows_with(0, '2020-01-01,10,11,9,"1,234.5",100')))
-    assert_one_line(err, "bars.csv", "'close'", "row 1", "'1,234.5'", "non-numeric")
+        load_ohlcv(write(tmp_path, rows_with(0, '2020-01-01,10,11,9,"1,23.4",100')))
+    assert_one_line(err, "bars.csv", "'close'", "row 1", "'1,23.4'", "non-numeric")
 
 
 def test_non_positive_price(tmp_path):

@@ -12,7 +12,10 @@ has one (files written by :func:`foxhunt.markets.synthetic.write_synthetic_csv`)
 
 from __future__ import annotations
 
+import gzip
+import logging
 import math
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from foxhunt.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "OHLCV_COLUMNS",
@@ -34,7 +39,8 @@ __all__ = [
 OHLCV_COLUMNS: tuple[str, ...] = ("open", "high", "low", "close", "volume")
 _PRICE_COLUMNS = ("open", "high", "low", "close")
 
-# Normalised header (lower case, '_'/'-' -> ' ', spaces collapsed) -> canonical column.
+# Normalised header (lower case, '_'/'-' -> ' ', '<>' and a trailing '.' dropped, spaces
+# collapsed) -> canonical column.
 _ALIASES: dict[str, str] = {
     "open": "open",
     "o": "open",
@@ -49,15 +55,32 @@ _ALIASES: dict[str, str] = {
     "v": "volume",
     "regime": "regime",
 }
-# Adjusted close is only a fallback: mixing it with unadjusted open/high/low is usually wrong.
-_ADJ_CLOSE = {"adj close", "adjclose", "adjusted close"}
+# Fallbacks, used only when the primary column is absent: adjusted close (mixing it with
+# unadjusted open/high/low is usually wrong), "price"/"last" (investing.com, exchange exports) and
+# tick volume (MetaTrader exports carry both <TICKVOL> and <VOL>).
+_FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
+    "adj close": ("close", frozenset({"adj close", "adjclose", "adjusted close"})),
+    "last": ("close", frozenset({"last", "last price", "price"})),
+    "tick volume": ("volume", frozenset({"tickvol", "tick volume", "tickvolume", "ticks"})),
+}
 # Timestamp column names, in order of preference.
 _TIMESTAMP_ALIASES = (
     "timestamp",
     "datetime",
+    "date time",
     "date",
     "time",
+    "gmt time",
+    "utc time",
+    "time utc",
+    "timestamp utc",
+    "datetime utc",
+    "local time",
     "open time",
+    "dtyyyymmdd",
+    "trade date",
+    "trading date",
+    "day",
     "ts",
     "unnamed: 0",
     "index",
@@ -72,6 +95,7 @@ _SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 
 def _norm(name: object) -> str:
     text = str(name).strip().lower().replace("_", " ").replace("-", " ")
+    text = text.replace("<", "").replace(">", "").rstrip(".")
     return " ".join(text.split())
 
 
@@ -119,7 +143,9 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         if suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
         else:
-            frame = pd.read_csv(path, skipinitialspace=True)
+            sep = _sniff_delimiter(path, suffix)
+            frame = pd.read_csv(path, sep=sep, skipinitialspace=True)
+            frame.attrs["delimiter"] = sep
     except pd.errors.EmptyDataError:
         raise DataError(f"{label}: file is empty (no header row)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
@@ -128,15 +154,31 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return frame, label
 
 
+def _sniff_delimiter(path: Path, suffix: str) -> str:
+    """The field delimiter of a CSV: whichever of , ; tab | splits the header line most."""
+    opener = gzip.open if suffix == ".csv.gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:  # type: ignore[operator]
+            header = next((line for line in f if line.strip()), "")
+    except (OSError, EOFError):
+        return ","  # pandas reports the real problem with the file
+    header = re.sub(r'"[^"]*"', "", header)  # delimiters inside quoted names do not count
+    counts = {d: header.count(d) for d in (",", ";", "\t", "|")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] > 0 else ","
+
+
 def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
-    """Map canonical names (and 'adj close') to the source's own column labels."""
+    """Map canonical names to the source's own column labels (fallback names last)."""
     found: dict[str, object] = {}
+    fallback: dict[str, object] = {}
     for col in frame.columns:
         key = _norm(col)
         canon = _ALIASES.get(key)
-        if canon is None and key in _ADJ_CLOSE:
-            canon = "adj close"
         if canon is None:
+            kind = next((k for k, (_, names) in _FALLBACKS.items() if key in names), None)
+            if kind is not None:
+                fallback.setdefault(kind, col)
             continue
         if canon in found:
             raise DataError(
@@ -144,13 +186,27 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
                 "keep one"
             )
         found[canon] = col
-    if "close" not in found and "adj close" in found:
-        found["close"] = found["adj close"]
+    for kind, (canon, _) in _FALLBACKS.items():
+        if canon not in found and kind in fallback:
+            found[canon] = fallback[kind]
     missing = [c for c in _PRICE_COLUMNS if c not in found]
     if missing:
         seen = ", ".join(str(c) for c in frame.columns) or "(none)"
+        if sum(_looks_like_data(c) for c in frame.columns) >= 3:
+            raise DataError(
+                f"{label}: the first line looks like data, not a header (found: {seen}); add a "
+                "header row such as date,open,high,low,close,volume"
+            )
         raise DataError(f"{label}: missing column(s) {', '.join(missing)} (found: {seen})")
     return found
+
+
+def _looks_like_data(name: object) -> bool:
+    """Whether a column label is a number or a date (pandas took a data row as the header)."""
+    text = str(name).strip()
+    if re.fullmatch(r"[+-]?\d+([.,]\d+)?(\.\d+)?", text):
+        return True
+    return bool(re.fullmatch(r"\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}([ T].*)?", text))
 
 
 def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
@@ -228,7 +284,9 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         parsed = None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for dayfirst in (False, True):
+            # dd.mm.yyyy (dots) is a day-first convention; elsewhere try month-first first.
+            dotted = bool(text.str.match(r"\d{1,2}\.\d{1,2}\.\d{2,4}\b").all())
+            for dayfirst in (True, False) if dotted else (False, True):
                 try:
                     result = pd.to_datetime(text, utc=True, dayfirst=dayfirst)
                 except (ValueError, TypeError, OverflowError):
@@ -253,13 +311,41 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
     return parsed
 
 
-def _to_float(raw: pd.Series, label: str, column: str, where: Callable[[int], str]) -> np.ndarray:
+_SUFFIX_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
+
+
+def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
+    """Numbers written for people: thousands separators (1,234.5 / 1.234,5 / 1 234,5 / 1'234.5)
+    and K/M/B suffixes (investing.com volumes). A comma is the decimal mark only in files whose
+    delimiter is not a comma; anything still unreadable becomes NaN for the caller to report."""
+    text = raw.astype(str).str.strip().str.replace(r"[\s'\u00a0]", "", regex=True)
+    group, mark = (".", ",") if decimal_comma else (",", ".")
+    grouped = rf"[+-]?(\d{{1,3}}(\{group}\d{{3}})+|\d+)(\{mark}\d*)?[kKmMbB]?"
+    ok = text.str.fullmatch(grouped)
+    text = text.where(~ok, text.str.replace(group, "", regex=False).str.replace(mark, "."))
+    suffix = text.str[-1:].str.lower()
+    scale = suffix.map(_SUFFIX_SCALE).fillna(1.0).to_numpy(dtype=np.float64)
+    body = text.where(~suffix.isin(list(_SUFFIX_SCALE)), text.str[:-1])
+    body = body.where(body.str.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"), None)
+    return pd.to_numeric(body, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan) * scale
+
+
+def _to_float(
+    raw: pd.Series,
+    label: str,
+    column: str,
+    where: Callable[[int], str],
+    decimal_comma: bool = False,
+) -> np.ndarray:
     if pd.api.types.is_bool_dtype(raw.dtype):
         raise DataError(f"{label}: column {column!r} {where(0)}: non-numeric value {_fmt(True)}")
     if pd.api.types.is_numeric_dtype(raw.dtype):
         return raw.to_numpy(dtype=np.float64, na_value=np.nan)
     coerced = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(coerced) & ~raw.isna().to_numpy()
+    if bad.any():
+        coerced = _localised_numbers(raw, decimal_comma)
+        bad = np.isnan(coerced) & ~raw.isna().to_numpy()
     for pos in np.flatnonzero(bad):
         value = raw.iloc[pos]
         if str(value).strip().lower() not in _MISSING_STRINGS:
@@ -272,17 +358,22 @@ def _to_float(raw: pd.Series, label: str, column: str, where: Callable[[int], st
 def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.DataFrame:
     """Load OHLCV bars from a CSV / CSV.gz / Parquet file or a DataFrame and validate them.
 
-    Column names are matched case-insensitively (``Open``/``o``, ``Volume``/``vol``/``v``;
-    ``Adj Close`` only when there is no close). Timestamps come from a date/datetime/time/timestamp
-    column (or separate date + time columns) or a DatetimeIndex; ISO strings with a timezone are
-    converted to UTC, other strings use pandas inference (month-first, falling back to day-first
-    when month-first fails), integers are YYYYMMDD dates or unix epochs whose unit (s/ms/us/ns)
-    is read from their magnitude. A missing volume column becomes zeros.
+    The CSV delimiter (``,`` ``;`` tab ``|``) is read from the header line. Column names are
+    matched case-insensitively, ignoring ``<>`` and a trailing dot (``Open``/``o``/``<OPEN>``,
+    ``Volume``/``Vol.``/``v``; ``Adj Close``, ``Price`` or ``Last`` only when there is no close,
+    tick volume only when there is no volume). Timestamps come from a date/datetime/time/timestamp
+    (or ``Gmt time``, ``Local time``, ``<DTYYYYMMDD>``, ...) column, separate date + time columns
+    or a DatetimeIndex; ISO strings with a timezone are converted to UTC, other strings use pandas
+    inference (month-first, falling back to day-first when month-first fails), integers are
+    YYYYMMDD dates or unix epochs whose unit (s/ms/us/ns) is read from their magnitude. Numbers
+    may carry thousands separators or K/M/B suffixes; in files not delimited by commas a comma is
+    the decimal mark. A file whose rows are all newest-first is reversed (with a logged warning);
+    a missing volume column becomes zeros.
 
     Raises :class:`DataError` (one line: file, column, row, value) for anything it cannot trust:
     missing columns, unparseable or missing timestamps, NaN/inf, non-positive prices, high below
     low/open/close, low above open/close, negative volume, unsorted or duplicate timestamps, and
-    fewer than ``min_rows`` rows. Rows are never dropped or reordered silently.
+    fewer than ``min_rows`` rows. Rows are never dropped, nor reordered silently.
     """
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise ConfigError(f"min_rows must be a positive integer, got {min_rows!r}")
@@ -293,9 +384,18 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     if n < min_rows:
         raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
     timestamps = _parse_timestamps(ts_raw, label, ts_column)
+    decimal_comma = frame.attrs.get("delimiter", ",") != ","
+    reversed_rows = n > 1 and bool(np.all(np.diff(timestamps.asi8) < 0))
+    if reversed_rows:
+        # Newest-first exports (common from brokers and data sites) are unambiguous: reverse
+        # them, and say so.
+        log.warning("%s: rows are newest first; reversed into time order", label)
+        frame = frame.iloc[::-1]
+        timestamps = timestamps[::-1]
 
     def where(pos: int) -> str:
-        return f"row {pos + 1} ({_stamp(timestamps[pos])})"
+        row = n - pos if reversed_rows else pos + 1  # as numbered in the source
+        return f"row {row} ({_stamp(timestamps[pos])})"
 
     values: dict[str, np.ndarray] = {}
     names: dict[str, str] = {}
@@ -304,7 +404,7 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
             continue
         col = found[canon]
         names[canon] = str(col)
-        arr = _to_float(frame[col].reset_index(drop=True), label, str(col), where)
+        arr = _to_float(frame[col].reset_index(drop=True), label, str(col), where, decimal_comma)
         nonfinite = ~np.isfinite(arr)
         if nonfinite.any():
             pos = int(np.argmax(nonfinite))
@@ -363,7 +463,8 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
         index=pd.DatetimeIndex(timestamps, name="timestamp"),
     )
     if "regime" in found:
-        out["regime"] = _regime_column(frame[found["regime"]], label, str(found["regime"]), where)
+        regime = frame[found["regime"]].reset_index(drop=True)
+        out["regime"] = _regime_column(regime, label, str(found["regime"]), where)
     return out
 
 
