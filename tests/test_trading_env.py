@@ -254,3 +254,67 @@ def test_invalid_actions_are_rejected():
     with pytest.raises(ValueError, match="action"):
         env.step(1.5)
     env.step(np.array([1]))  # a one-element integer array is accepted
+
+
+@pytest.mark.parametrize(
+    ("positions", "close", "eval_mode"),
+    [
+        ((-1.0, 0.0, 1.0), None, False),
+        ((0.0, 0.5, 1.0, 2.0), None, True),
+        ((-1.0, 0.0, 1.0), [100.0, 100.0, 210.0, 220.0, 230.0], False),  # short 1x goes bust
+    ],
+)
+def test_counterfactual_transitions_equal_stepping_a_copy(positions, close, eval_mode):
+    """Each not-taken action's reward, next observation and termination equal what a copy of the
+    env returns when it really takes that action at the same bar."""
+    import copy
+
+    market = make_market(close=close) if close is not None else make_market(n=40)
+    env = TradingEnv(market, TradingEnvConfig(window=1, positions=positions), eval_mode=eval_mode)
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(1)
+    done = False
+    while not done:
+        taken = int(rng.integers(env.n_positions))
+        twins = {a: copy.deepcopy(env) for a in range(env.n_positions) if a != taken}
+        next_obs, _, terminated, truncated, info = env.step(taken)
+        alt, rewards, nxt, dones = env.counterfactual_transitions(
+            obs, taken, next_obs, terminated, info
+        )
+        assert sorted(alt.tolist()) == sorted(twins)
+        for a, r, o, d in zip(alt, rewards, nxt, dones, strict=True):
+            o2, r2, te2, _, _ = twins[int(a)].step(int(a))
+            assert r == pytest.approx(r2, rel=1e-12, abs=1e-15)
+            np.testing.assert_array_equal(o, o2)
+            assert bool(d) == te2
+        obs, done = next_obs, terminated or truncated
+
+
+def test_action_augmentation_stores_every_action_and_is_validated():
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    def factory() -> TradingEnv:
+        return TradingEnv(make_market(n=200), TradingEnvConfig(window=2, episode_length=50))
+
+    hp = DQNHyperparameters(
+        action_augmentation=True, n_envs=2, batch_size=8, learning_starts=8, hidden_sizes=(8,)
+    )
+    trainer = DQNTrainer(hp, factory)
+    for _ in range(60):  # crosses episode ends: counterfactuals of final steps use final info
+        trainer.collect_step()
+    assert len(trainer.replay) == 3 * trainer.env_steps
+    n = len(trainer.replay)
+    actions = trainer.replay.actions[:n].numpy()
+    next_obs = trainer.replay.next_obs[:n].numpy()
+    ps = trainer._counterfactual_envs[0].position_slice
+    assert (next_obs[:, ps].argmax(axis=1) == actions).all()
+    assert np.bincount(actions, minlength=3).min() > 0
+    trainer.close()
+
+    with pytest.raises(ConfigError, match=r"n_step must be 1 with action_augmentation .*got: 3"):
+        DQNHyperparameters(action_augmentation=True, n_step=3)
+    with pytest.raises(ConfigError, match="CartPoleEnv has no counterfactual_transitions"):
+        DQNTrainer(DQNHyperparameters(action_augmentation=True), "CartPole-v1")
+    with pytest.raises(ConfigError, match="vector_env must be 'sync' with action_augmentation"):
+        DQNTrainer(hp.replace(vector_env="async"), factory)

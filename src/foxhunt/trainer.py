@@ -161,6 +161,7 @@ class DQNTrainer:
         act_space = self.envs.single_action_space
         self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
         self.device = self.agent.device
+        self._counterfactual_envs = self._augmentation_envs() if hp.action_augmentation else None
         self.dist = distributed.current()
         if self.dist.enabled:
             # Each rank explores and samples differently; the model starts identical (DDP
@@ -255,6 +256,52 @@ class DQNTrainer:
                 need / 1e9,
                 avail / 1e9,
             )
+
+    def _augmentation_envs(self) -> list[Any]:
+        """The sub-envs whose ``counterfactual_transitions`` feed ``action_augmentation``."""
+        subs = getattr(self.envs, "envs", None)
+        if subs is None:
+            raise ConfigError(
+                f"vector_env must be 'sync' with action_augmentation, got: {self.hp.vector_env!r} "
+                "(the counterfactuals are computed by the env objects in this process)"
+            )
+        envs = [e.unwrapped for e in subs]
+        if not all(hasattr(e, "counterfactual_transitions") for e in envs):
+            raise ConfigError(
+                "action_augmentation must be false for this environment, got: true "
+                f"({type(envs[0]).__name__} has no counterfactual_transitions; the actions not "
+                "taken have unknown outcomes)"
+            )
+        return envs
+
+    def _store_counterfactuals(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        real_next: np.ndarray,
+        terminated: np.ndarray,
+        ended: np.ndarray,
+        infos: dict[str, Any],
+    ) -> None:
+        """Add every env's not-taken actions of this step to replay (one-step transitions)."""
+        assert self._counterfactual_envs is not None
+        final = infos.get("final_info", {})
+        for i, env in enumerate(self._counterfactual_envs):
+            source = final if ended[i] else infos
+            info = {k: v[i] for k, v in source.items() if not k.startswith("_")}
+            alt, rewards, nxt, dones = env.counterfactual_transitions(
+                obs[i], int(actions[i]), real_next[i], bool(terminated[i]), info
+            )
+            if len(alt):
+                k = len(alt)
+                self.replay.add(
+                    np.repeat(obs[i][None], k, axis=0),
+                    alt,
+                    rewards,
+                    nxt,
+                    dones.astype(np.float32),
+                    np.full(k, self.hp.gamma, np.float32),
+                )
 
     # --- one optimizer step
     def train_step(self) -> dict[str, float]:
@@ -357,6 +404,8 @@ class DQNTrainer:
         tr = self.nstep.push(obs, actions, rewards, real_next, terminated, truncated)
         if len(tr.actions):
             self.replay.add(tr.obs, tr.actions, tr.rewards, tr.next_obs, tr.dones, tr.discounts)
+        if self._counterfactual_envs is not None:
+            self._store_counterfactuals(obs, actions, real_next, terminated, ended, infos)
         self._ep_return += rewards
         self._ep_length += 1
         for i in np.flatnonzero(ended):

@@ -323,3 +323,38 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
             bankrupt=bool(bankrupt),
         )
         return self._observation(), float(reward), bool(terminated), bool(truncated), info
+
+    def counterfactual_transitions(
+        self,
+        obs: np.ndarray,
+        action: int,
+        next_obs: np.ndarray,
+        terminated: bool,
+        info: dict[str, Any],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The transitions of the actions *not* taken at the same bar: (actions, rewards,
+        next observations, terminated).
+
+        Prices do not react to a single agent's position, so every other target position would
+        have seen the same ``market_return`` and differed only in its position, cost and equity
+        growth; its next observation is ``next_obs`` with the position one-hot changed. Storing
+        them (``action_augmentation``) trains every action's Q-value on each market move, which
+        removes the market noise from the comparison between actions. ``info`` is the step's info
+        for this env (for an ended episode, its final info).
+        """
+        positions = np.asarray(self.positions)
+        held = float(positions @ np.asarray(obs, dtype=np.float64)[self.position_slice])
+        others = np.array([a for a in range(self.n_positions) if a != int(action)], dtype=np.int64)
+        _, growth = step_growth(
+            held, positions[others], float(info["market_return"]), self._cost_rate
+        )
+        bankrupt = growth <= 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rewards = np.where(bankrupt, BANKRUPTCY_REWARD, np.log(np.where(bankrupt, 1.0, growth)))
+        nxt = np.repeat(np.asarray(next_obs, dtype=np.float32)[None], len(others), axis=0)
+        nxt[:, self.position_slice] = 0.0
+        nxt[np.arange(len(others)), self.position_slice.start + others] = 1.0
+        # The taken action's termination that was not bankruptcy (the end of the data in
+        # eval_mode) ends the alternatives too.
+        data_end = bool(terminated) and not bool(info.get("bankrupt", False))
+        return others, rewards.astype(np.float64), nxt, bankrupt | data_end
