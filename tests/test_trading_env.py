@@ -300,10 +300,16 @@ def test_action_augmentation_stores_every_action_and_is_validated():
     hp = DQNHyperparameters(
         action_augmentation=True, n_envs=2, batch_size=8, learning_starts=8, hidden_sizes=(8,)
     )
+    for n_step in (3, 1):
+        trainer = DQNTrainer(hp.replace(n_step=n_step), factory)
+        for _ in range(60):  # crosses episode ends: counterfactuals of final steps use final info
+            trainer.collect_step()
+        pending = sum(len(q) for q in trainer.nstep.queues)
+        assert len(trainer.replay) == 3 * (trainer.env_steps - pending)
+        trainer.close()
     trainer = DQNTrainer(hp, factory)
-    for _ in range(60):  # crosses episode ends: counterfactuals of final steps use final info
+    for _ in range(60):
         trainer.collect_step()
-    assert len(trainer.replay) == 3 * trainer.env_steps
     n = len(trainer.replay)
     actions = trainer.replay.actions[:n].numpy()
     next_obs = trainer.replay.next_obs[:n].numpy()
@@ -312,9 +318,83 @@ def test_action_augmentation_stores_every_action_and_is_validated():
     assert np.bincount(actions, minlength=3).min() > 0
     trainer.close()
 
-    with pytest.raises(ConfigError, match=r"n_step must be 1 with action_augmentation .*got: 3"):
-        DQNHyperparameters(action_augmentation=True, n_step=3)
     with pytest.raises(ConfigError, match="CartPoleEnv has no counterfactual_transitions"):
         DQNTrainer(DQNHyperparameters(action_augmentation=True), "CartPole-v1")
     with pytest.raises(ConfigError, match="vector_env must be 'sync' with action_augmentation"):
         DQNTrainer(hp.replace(vector_env="async"), factory)
+
+
+def test_counterfactual_n_step_returns_equal_replaying_the_alternative():
+    """An alternative first action followed by the actions really taken: its n-step return,
+    bootstrap observation and discount equal those of a copy of the env that really did so."""
+    import copy
+
+    from foxhunt.replay.nstep import Counterfactuals, NStepAccumulator
+
+    n, gamma = 3, 0.9
+    env = TradingEnv(make_market(n=60), TradingEnvConfig(window=1, episode_length=25, cost_bps=30))
+    acc = NStepAccumulator(
+        n, gamma, 1, lambda i, alt, taken, nxt: env.counterfactual_reward_shift(alt, taken, nxt)
+    )
+    rng = np.random.default_rng(3)
+    obs, _ = env.reset(seed=0)
+    snapshots, taken, emitted = [], [], {}
+    done = False
+    while not done:
+        a = int(rng.integers(env.n_positions))
+        snapshots.append((obs, copy.deepcopy(env)))
+        taken.append(a)
+        next_obs, r, terminated, truncated, info = env.step(a)
+        cf = Counterfactuals(*env.counterfactual_transitions(obs, a, next_obs, terminated, info))
+        tr = acc.push(
+            obs[None],
+            np.array([a]),
+            np.array([r]),
+            next_obs[None],
+            np.array([terminated]),
+            np.array([truncated]),
+            [cf],
+        )
+        for row in zip(*tr, strict=True):
+            emitted[(row[0].tobytes(), int(row[1]))] = row
+        obs, done = next_obs, terminated or truncated
+    assert len(emitted) == 3 * len(taken)
+    for t, (o, snap) in enumerate(snapshots):
+        for alt in range(env.n_positions):
+            twin = copy.deepcopy(snap)
+            ret, m, nxt = 0.0, 0, None
+            for k, act in enumerate([alt, *taken[t + 1 : t + n]]):
+                nxt, r, te, tr_, _ = twin.step(act)
+                ret += gamma**k * r
+                m += 1
+                if te or tr_:
+                    break
+            _, _, r_row, next_row, _, g_row = emitted[(o.tobytes(), alt)]
+            assert r_row == pytest.approx(ret, rel=1e-5, abs=1e-7)
+            np.testing.assert_array_equal(next_row, nxt)
+            assert g_row == pytest.approx(gamma**m)
+
+
+def test_counterfactual_queue_survives_a_checkpoint_round_trip():
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.replay.nstep import NStepAccumulator
+    from foxhunt.trainer import DQNTrainer
+
+    def factory() -> TradingEnv:
+        return TradingEnv(make_market(n=200), TradingEnvConfig(window=2, episode_length=50))
+
+    hp = DQNHyperparameters(
+        action_augmentation=True, n_step=4, batch_size=8, learning_starts=8, hidden_sizes=(8,)
+    )
+    trainer = DQNTrainer(hp, factory)
+    for _ in range(10):
+        trainer.collect_step()
+    assert len(trainer.nstep.queues[0]) == 3  # n - 1 starts wait for their n-th step
+    restored = NStepAccumulator(hp.n_step, hp.gamma, 1, trainer.nstep.reward_shift)
+    restored.load_state(trainer.nstep.state_tensors(), trainer.nstep.state_json())
+    for a, b in zip(trainer.nstep.queues[0], restored.queues[0], strict=True):
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[1:3] == b[1:3]
+        for x, y in zip(a[3], b[3], strict=True):
+            np.testing.assert_array_equal(x, y)
+    trainer.close()

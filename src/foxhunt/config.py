@@ -194,8 +194,8 @@ class DQNHyperparameters(BaseModel):
     action_augmentation: bool = False
     """Also store the transitions of the actions not taken, for environments the agent's actions
     cannot influence (TradingEnv: the same market move with another position and cost). Trains
-    every action's value on each step; needs n_step 1 and an env with
-    ``counterfactual_transitions``."""
+    every action's value on each step; needs an env with ``counterfactual_transitions`` (and, for
+    n_step > 1, ``counterfactual_reward_shift``)."""
 
     # --- system
     n_envs: PositiveInt = 1
@@ -270,11 +270,6 @@ class DQNHyperparameters(BaseModel):
             raise ValueError(
                 f"exploration_final_eps must not exceed exploration_initial_eps "
                 f"({self.exploration_initial_eps}), got: {self.exploration_final_eps}"
-            )
-        if self.action_augmentation and self.n_step != 1:
-            raise ValueError(
-                f"n_step must be 1 with action_augmentation (counterfactual transitions are "
-                f"one-step), got: {self.n_step}"
             )
         if self.v_min >= self.v_max:
             raise ValueError(f"v_min must be less than v_max ({self.v_max}), got: {self.v_min}")

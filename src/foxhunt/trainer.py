@@ -31,6 +31,7 @@ from foxhunt.errors import ConfigError
 from foxhunt.health import HealthMonitor
 from foxhunt.learner import DQNAgent
 from foxhunt.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
+from foxhunt.replay.nstep import Counterfactuals
 
 log = logging.getLogger("foxhunt.trainer")
 
@@ -188,7 +189,8 @@ class DQNTrainer:
                 seed=hp.seed + 7 * self.dist.rank,
             )
         self._warn_memory()
-        self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs)
+        shift = self._reward_shift if self._counterfactual_envs is not None else None
+        self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs, shift)
         self.health = HealthMonitor(hp)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.logger = logger
@@ -274,7 +276,7 @@ class DQNTrainer:
             )
         return envs
 
-    def _store_counterfactuals(
+    def _counterfactuals(
         self,
         obs: np.ndarray,
         actions: np.ndarray,
@@ -282,26 +284,28 @@ class DQNTrainer:
         terminated: np.ndarray,
         ended: np.ndarray,
         infos: dict[str, Any],
-    ) -> None:
-        """Add every env's not-taken actions of this step to replay (one-step transitions)."""
+    ) -> list[Counterfactuals]:
+        """Every env's one-step outcomes of the actions it did not take at this step."""
         assert self._counterfactual_envs is not None
         final = infos.get("final_info", {})
+        out = []
         for i, env in enumerate(self._counterfactual_envs):
             source = final if ended[i] else infos
             info = {k: v[i] for k, v in source.items() if not k.startswith("_")}
-            alt, rewards, nxt, dones = env.counterfactual_transitions(
-                obs[i], int(actions[i]), real_next[i], bool(terminated[i]), info
-            )
-            if len(alt):
-                k = len(alt)
-                self.replay.add(
-                    np.repeat(obs[i][None], k, axis=0),
-                    alt,
-                    rewards,
-                    nxt,
-                    dones.astype(np.float32),
-                    np.full(k, self.hp.gamma, np.float32),
+            out.append(
+                Counterfactuals(
+                    *env.counterfactual_transitions(
+                        obs[i], int(actions[i]), real_next[i], bool(terminated[i]), info
+                    )
                 )
+            )
+        return out
+
+    def _reward_shift(self, i: int, alt: int, taken: int, following: int) -> float:
+        assert self._counterfactual_envs is not None
+        return float(
+            self._counterfactual_envs[i].counterfactual_reward_shift(alt, taken, following)
+        )
 
     # --- one optimizer step
     def train_step(self) -> dict[str, float]:
@@ -401,11 +405,12 @@ class DQNTrainer:
         self.health.check_env_step(real_next, rewards, self.env_steps + hp.n_envs)
         if ended.any():  # the autoreset observations start the next episodes: check them too
             self.health.check_env_step(next_obs, rewards, self.env_steps + hp.n_envs)
-        tr = self.nstep.push(obs, actions, rewards, real_next, terminated, truncated)
+        cf = None
+        if self._counterfactual_envs is not None:
+            cf = self._counterfactuals(obs, actions, real_next, terminated, ended, infos)
+        tr = self.nstep.push(obs, actions, rewards, real_next, terminated, truncated, cf)
         if len(tr.actions):
             self.replay.add(tr.obs, tr.actions, tr.rewards, tr.next_obs, tr.dones, tr.discounts)
-        if self._counterfactual_envs is not None:
-            self._store_counterfactuals(obs, actions, real_next, terminated, ended, infos)
         self._ep_return += rewards
         self._ep_length += 1
         for i in np.flatnonzero(ended):

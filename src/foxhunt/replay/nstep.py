@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -20,6 +21,21 @@ class Transitions(NamedTuple):
     discounts: np.ndarray
 
 
+class Counterfactuals(NamedTuple):
+    """One-step outcomes of the actions not taken at one step of one env (see TradingEnv)."""
+
+    actions: np.ndarray  # [k] int64
+    rewards: np.ndarray  # [k]
+    next_obs: np.ndarray  # [k, *obs_shape]
+    dones: np.ndarray  # [k] bool: the alternative itself terminated (e.g. went bankrupt)
+
+
+RewardShift = Callable[[int, int, int, int], float]
+"""``shift(env_index, alt_action, taken_action, next_action)``: how the reward of the step after
+an alternative differs from the recorded one (TradingEnv: the cost of moving from the alternative
+position instead of the taken one)."""
+
+
 class NStepAccumulator:
     """Turns one-step experience into n-step transitions (Sutton & Barto Eq. 7.1).
 
@@ -27,11 +43,22 @@ class NStepAccumulator:
     observation after the k-th step. At an episode end every pending start is flushed with ``k < n``
     steps: termination sets ``done`` (no bootstrap); truncation leaves ``done`` unset and bootstraps
     from the final observation, because the time limit is not part of the MDP.
+
+    With ``counterfactuals`` (action augmentation) each step also carries the one-step outcomes of
+    the actions not taken; each becomes an n-step transition too: its own first reward, then the
+    recorded rewards of the steps that followed (the first of them corrected by ``reward_shift``),
+    bootstrapped from the same observation. An alternative that ends its own episode at once (or a
+    window of one step) is stored as its one-step transition.
     """
 
-    def __init__(self, n: int, gamma: float, n_envs: int) -> None:
+    def __init__(
+        self, n: int, gamma: float, n_envs: int, reward_shift: RewardShift | None = None
+    ) -> None:
         self.n, self.gamma, self.n_envs = int(n), float(gamma), int(n_envs)
-        self.queues: list[deque[tuple[np.ndarray, int, float]]] = [deque() for _ in range(n_envs)]
+        self.reward_shift = reward_shift
+        self.queues: list[deque[tuple[np.ndarray, int, float, Counterfactuals | None]]] = [
+            deque() for _ in range(n_envs)
+        ]
 
     def push(
         self,
@@ -41,10 +68,11 @@ class NStepAccumulator:
         next_obs: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
+        counterfactuals: Sequence[Counterfactuals] | None = None,
     ) -> Transitions:
         """Feed one vector step (``next_obs`` must be the true final obs at episode ends)."""
         if self.n == 1:  # fast path: nothing to accumulate
-            return Transitions(
+            real = Transitions(
                 obs,
                 actions.astype(np.int64),
                 rewards.astype(np.float32),
@@ -52,40 +80,64 @@ class NStepAccumulator:
                 terminated.astype(np.float32),
                 np.full(len(actions), self.gamma, np.float32),
             )
-        out: list[tuple[np.ndarray, int, float, np.ndarray, float, float]] = []
+            if counterfactuals is None:
+                return real
+            out1 = [self._one_step(obs[i], cf) for i, cf in enumerate(counterfactuals)]
+            return _stack([real, *out1], obs)
+        out: list[Transitions] = []
         for i in range(self.n_envs):
             q = self.queues[i]
+            cf = None if counterfactuals is None else counterfactuals[i]
             # Copy: vector envs may reuse their observation array between steps.
-            q.append((np.array(obs[i], copy=True), int(actions[i]), float(rewards[i])))
+            q.append((np.array(obs[i], copy=True), int(actions[i]), float(rewards[i]), cf))
             ended = bool(terminated[i] or truncated[i])
             if len(q) == self.n or ended:
                 while q:
-                    ret = 0.0
-                    for k, (_, _, r) in enumerate(q):
-                        ret += (self.gamma**k) * r
-                    o, a, _ = q[0]
-                    out.append((o, a, ret, next_obs[i], float(terminated[i]), self.gamma ** len(q)))
+                    out.append(self._emit(i, q, next_obs[i], float(terminated[i])))
                     q.popleft()
                     if not ended:
                         break
-        if not out:
-            shape = obs.shape[1:]
-            return Transitions(
-                np.zeros((0, *shape), obs.dtype),
-                np.zeros(0, np.int64),
-                np.zeros(0, np.float32),
-                np.zeros((0, *shape), obs.dtype),
-                np.zeros(0, np.float32),
-                np.zeros(0, np.float32),
-            )
-        o, a, r, no, d, g = zip(*out, strict=True)
+        return _stack(out, obs)
+
+    def _emit(self, i: int, q: deque[Any], next_obs: np.ndarray, done: float) -> Transitions:
+        """The n-step transition starting at ``q[0]`` (and those of its counterfactuals)."""
+        ret = 0.0
+        tail = 0.0  # g r_{t+1} + g^2 r_{t+2} + ...: what an alternative first action shares
+        for k, (_, _, r, _) in enumerate(q):
+            ret += (self.gamma**k) * r
+            if k:
+                tail += (self.gamma**k) * r
+        o, a, _, cf = q[0]
+        m = len(q)
+        rows = [(o, a, ret, next_obs, done, self.gamma**m)]
+        if cf is not None:
+            for alt, r_alt, nxt_alt, d_alt in zip(*cf, strict=True):
+                if m == 1 or d_alt:
+                    rows.append((o, int(alt), float(r_alt), nxt_alt, float(d_alt), self.gamma))
+                    continue
+                assert self.reward_shift is not None
+                shift = self.reward_shift(i, int(alt), a, q[1][1])
+                ret = float(r_alt) + tail + self.gamma * shift
+                rows.append((o, int(alt), ret, next_obs, done, self.gamma**m))
+        oo, aa, rr, nn, dd, gg = zip(*rows, strict=True)
         return Transitions(
-            np.stack(o),
-            np.asarray(a, np.int64),
-            np.asarray(r, np.float32),
-            np.stack(no),
-            np.asarray(d, np.float32),
-            np.asarray(g, np.float32),
+            np.stack(oo),
+            np.asarray(aa, np.int64),
+            np.asarray(rr, np.float32),
+            np.stack(nn),
+            np.asarray(dd, np.float32),
+            np.asarray(gg, np.float32),
+        )
+
+    def _one_step(self, obs: np.ndarray, cf: Counterfactuals) -> Transitions:
+        k = len(cf.actions)
+        return Transitions(
+            np.repeat(np.asarray(obs)[None], k, axis=0),
+            np.asarray(cf.actions, np.int64),
+            np.asarray(cf.rewards, np.float32),
+            np.asarray(cf.next_obs, dtype=np.asarray(obs).dtype),
+            np.asarray(cf.dones, np.float32),
+            np.full(k, self.gamma, np.float32),
         )
 
     # --- checkpointing ------------------------------------------------------------------------
@@ -97,6 +149,10 @@ class NStepAccumulator:
                 out[f"nstep.{i}.obs"] = torch.from_numpy(np.stack([e[0] for e in q]).copy())
                 out[f"nstep.{i}.actions"] = torch.tensor([e[1] for e in q], dtype=torch.int64)
                 out[f"nstep.{i}.rewards"] = torch.tensor([e[2] for e in q], dtype=torch.float64)
+                if q[0][3] is not None:
+                    for name, dtype in _CF_FIELDS:
+                        arr = np.stack([np.asarray(getattr(e[3], name)) for e in q])
+                        out[f"nstep.{i}.cf_{name}"] = torch.from_numpy(arr.astype(dtype))
         return out
 
     def state_json(self) -> dict[str, Any]:
@@ -109,5 +165,35 @@ class NStepAccumulator:
                 obs = tensors[f"nstep.{i}.obs"].numpy()
                 acts = tensors[f"nstep.{i}.actions"].tolist()
                 rews = tensors[f"nstep.{i}.rewards"].tolist()
+                cfs: list[Counterfactuals | None] = [None] * length
+                if f"nstep.{i}.cf_actions" in tensors:
+                    parts = [tensors[f"nstep.{i}.cf_{name}"].numpy() for name, _ in _CF_FIELDS]
+                    cfs = [Counterfactuals(*(p[j].copy() for p in parts)) for j in range(length)]
                 for j in range(length):
-                    self.queues[i].append((obs[j].copy(), int(acts[j]), float(rews[j])))
+                    self.queues[i].append((obs[j].copy(), int(acts[j]), float(rews[j]), cfs[j]))
+
+
+_CF_FIELDS = (
+    ("actions", np.int64),
+    ("rewards", np.float64),
+    ("next_obs", np.float32),
+    ("dones", np.bool_),
+)
+
+
+def _stack(parts: list[Transitions], obs: np.ndarray) -> Transitions:
+    """Concatenate transition batches (an empty batch of the right shapes when there are none)."""
+    parts = [p for p in parts if len(p.actions)]
+    if not parts:
+        shape = obs.shape[1:]
+        return Transitions(
+            np.zeros((0, *shape), obs.dtype),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.float32),
+            np.zeros((0, *shape), obs.dtype),
+            np.zeros(0, np.float32),
+            np.zeros(0, np.float32),
+        )
+    if len(parts) == 1:
+        return parts[0]
+    return Transitions(*(np.concatenate(f) for f in zip(*parts, strict=True)))
