@@ -439,3 +439,25 @@ def test_split_sizes_and_batch_split(batch_factory) -> None:
         assert torch.equal(getattr(back, name), getattr(batch, name))
     with pytest.raises(ValueError, match="must be positive and sum to 10"):
         batch.split([5, 4])
+
+
+def test_compile_failure_falls_back_to_eager_with_a_warning(
+    hp_factory, agent_factory, batch_factory, monkeypatch, caplog
+) -> None:
+    """A machine without what inductor needs (a C++ compiler) trains eagerly instead of dying."""
+
+    def broken_compile(fn, **kwargs):  # type: ignore[no-untyped-def]
+        def compiled(*args):  # type: ignore[no-untyped-def]
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    agent = agent_factory(hp_factory(compile=True))
+    eager = agent_factory(hp_factory())
+    batch = batch_factory(32)
+    agent.backward_only(batch)
+    eager.backward_only(batch)
+    assert "torch.compile failed (InvalidCxxCompiler: No working C++ compiler found)" in caplog.text
+    for p, q in zip(agent.params, eager.params, strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)

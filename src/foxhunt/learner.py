@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import logging
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -28,6 +29,8 @@ from foxhunt.batch import Batch
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError
 from foxhunt.networks import QNetwork
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ class DQNAgent:
         self.consecutive_skips = 0
         self._forward_net: nn.Module = self.online_net
         self._ddp: nn.Module | None = None
+        self._compile_ok = False
         self._objective = self._build_objective()
 
     # --- data parallel
@@ -277,6 +281,28 @@ class DQNAgent:
         # Static shapes: an accumulation window has at most two micro-batch sizes.
         return torch.compile(self._micro_objective, dynamic=False)
 
+    def _call_objective(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        args = (
+            batch.obs,
+            batch.actions,
+            batch.rewards,
+            batch.next_obs,
+            batch.dones,
+            batch.discounts,
+            batch.weights,
+        )
+        if self._objective is self._micro_objective or self._compile_ok:
+            return self._objective(*args)
+        try:  # the first compiled call compiles: a machine may lack what inductor needs
+            out = self._objective(*args)
+        except Exception as exc:  # any compiler failure falls back alike
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning("compile: torch.compile failed (%s); training continues eagerly", first)
+            self._objective = self._micro_objective
+            return self._objective(*args)
+        self._compile_ok = True
+        return out
+
     # --- the optimization step
     def backward_micro_batch(
         self, batch: Batch, scale: float, *, sync: bool = True
@@ -290,15 +316,7 @@ class DQNAgent:
         if not self.online_net.training:
             self.online_net.train()
         with self._sync_context(sync):
-            objective, loss, td, q_mean, q_abs_max = self._objective(
-                batch.obs,
-                batch.actions,
-                batch.rewards,
-                batch.next_obs,
-                batch.dones,
-                batch.discounts,
-                batch.weights,
-            )
+            objective, loss, td, q_mean, q_abs_max = self._call_objective(batch)
             scaled = objective * scale
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
