@@ -461,3 +461,62 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(
     assert "torch.compile failed (InvalidCxxCompiler: No working C++ compiler found)" in caplog.text
     for p, q in zip(agent.params, eager.params, strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
+def test_clipped_gradients_are_bitwise_clip_grad_norm_(
+    hp_factory, agent_factory, batch_factory
+) -> None:
+    """The host-side coefficient rounds like torch's float32 maths: the optimizer receives the
+    very gradients torch.nn.utils.clip_grad_norm_ would have produced, bit for bit."""
+    agent = agent_factory(hp_factory(max_grad_norm=0.0123, hidden_sizes=(64, 64)))
+    seen: list[list[torch.Tensor]] = []
+    step = agent.optimizer.step
+
+    def capture(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append([p.grad.clone() for p in agent.params])
+        return step(*args, **kwargs)
+
+    agent.optimizer.step = capture  # type: ignore[method-assign]
+    for k in range(8):
+        agent.backward_only(batch_factory(64, seed=k, reward_scale=3.0 + k))
+        ref = [torch.nn.Parameter(p.detach().clone()) for p in agent.params]
+        for r, p in zip(ref, agent.params, strict=True):
+            r.grad = p.grad.clone()
+        torch.nn.utils.clip_grad_norm_(ref, 0.0123)
+        assert agent.optimizer_step().clipped
+        for got, r in zip(seen[-1], ref, strict=True):
+            assert torch.equal(got, r.grad)
+
+
+def test_compile_failure_in_the_lazy_backward_falls_back_with_gradients_intact(
+    hp_factory, agent_factory, batch_factory, monkeypatch, caplog
+) -> None:
+    class FailingBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def]
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):  # type: ignore[no-untyped-def]
+            raise RuntimeError("backward compilation failed")
+
+    def lazy_broken_compile(fn, **kwargs):  # type: ignore[no-untyped-def]
+        def compiled(*args):  # type: ignore[no-untyped-def]
+            objective, *rest = fn(*args)
+            return (FailingBackward.apply(objective), *rest)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", lazy_broken_compile)
+    agent = agent_factory(hp_factory(compile=True))
+    eager = agent_factory(hp_factory())
+    first, second = batch_factory(32, seed=1), batch_factory(32, seed=2)
+    eager.backward_only(first, 0.5)
+    for p, q in zip(agent.params, eager.params, strict=True):  # a window already under way
+        p.grad = q.grad.clone()
+    agent.backward_only(second, 0.5)
+    eager.backward_only(second, 0.5)
+    assert "torch.compile failed (backward compilation failed)" in caplog.text
+    for p, q in zip(agent.params, eager.params, strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)

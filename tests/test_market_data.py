@@ -407,3 +407,28 @@ def test_walk_forward_validation():
         walk_forward(frame_of(60), n_folds=0, train_size=40, test_size=10)
     with pytest.raises(ConfigError, match="window"):
         walk_forward(frame_of(60), n_folds=1, train_size=40, test_size=10, window="growing")
+
+
+def test_decimal_mark_is_decided_from_the_whole_file(tmp_path):
+    """Non-comma files: one decimal mark per file, from evidence; thousands follow from it."""
+    euro = (
+        "Date;Open;High;Low;Close;Volume\n"
+        "2020-01-02;16.750,5;16.800,0;16.700,0;16.790,0;999\n"
+        "2020-01-03;16.790,0;16.900,0;16.750,0;16.850,0;12.345\n"
+    )
+    df = load_ohlcv(write(tmp_path, euro))
+    assert df["open"].tolist() == [16750.5, 16790.0]
+    assert df["volume"].tolist() == [999.0, 12345.0]  # the column pandas would read as 12.345
+    tab_dot = (
+        "Date\tOpen\tHigh\tLow\tClose\tVolume\n"
+        "2020-01-02\t10.5\t11.25\t10.1\t11.0\t164,500\n"
+        "2020-01-03\t11.0\t11.5\t10.9\t11.2\t1.234K\n"
+    )
+    assert load_ohlcv(write(tmp_path, tab_dot))["volume"].tolist() == [164500.0, 1234.0]
+    mixed = (
+        "Date;Open;High;Low;Close\n2020-01-02;109.123;109.5;108.9;109.2\n"
+        "2020-01-03;109,2;109,6;109,0;109,4\n"
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, mixed))
+    assert_one_line(err, "bars.csv", "both decimal marks", "'109,2'", "'109.5'")

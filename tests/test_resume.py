@@ -193,3 +193,32 @@ def test_refused_checkpoint_leaves_a_trained_trainer_bit_for_bit_unchanged() -> 
         assert trainer.env_steps == 600
     finally:
         trainer.close()
+
+
+def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> None:
+    """A checkpoint written before a field existed resumes when the run keeps that field's
+    default; a non-default value still refuses it."""
+    import json
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.errors import CheckpointError
+    from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+
+    torch.set_num_threads(1)
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,), learning_starts=32, batch_size=32, eval_interval=0, device="cpu"
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        trainer.learn(64)
+        tensors, state = capture_state(trainer)
+        tensors = {k: v.clone() for k, v in tensors.items()}
+        old = json.loads(json.dumps(state))
+        del old["hyperparameters"]["action_augmentation"]  # as written before the field existed
+        restore_state(trainer, tensors, old)
+        assert capture_state(trainer)[1] == state
+        old["hyperparameters"]["n_step"] = 3
+        with pytest.raises(CheckpointError, match="n_step=3 in the checkpoint, 1 in the run"):
+            restore_state(trainer, tensors, old)
+    finally:
+        trainer.close()

@@ -333,9 +333,7 @@ def test_counterfactual_n_step_returns_equal_replaying_the_alternative():
 
     n, gamma = 3, 0.9
     env = TradingEnv(make_market(n=60), TradingEnvConfig(window=1, episode_length=25, cost_bps=30))
-    acc = NStepAccumulator(
-        n, gamma, 1, lambda i, alt, taken, nxt: env.counterfactual_reward_shift(alt, taken, nxt)
-    )
+    acc = NStepAccumulator(n, gamma, 1, lambda i, *args: env.counterfactual_reward_shift(*args))
     rng = np.random.default_rng(3)
     obs, _ = env.reset(seed=0)
     snapshots, taken, emitted = [], [], {}
@@ -398,3 +396,37 @@ def test_counterfactual_queue_survives_a_checkpoint_round_trip():
         for x, y in zip(a[3], b[3], strict=True):
             np.testing.assert_array_equal(x, y)
     trainer.close()
+
+
+def test_augmentation_with_envs_ending_at_different_steps_and_wrappers():
+    import gymnasium as gym
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    lengths = iter([5, 7])
+
+    def factory() -> TradingEnv:  # two envs whose episodes end on different steps
+        cfg = TradingEnvConfig(window=1, episode_length=next(lengths))
+        return TradingEnv(make_market(n=100), cfg)
+
+    hp = DQNHyperparameters(
+        action_augmentation=True,
+        n_envs=2,
+        n_step=2,
+        batch_size=8,
+        learning_starts=8,
+        hidden_sizes=(8,),
+    )
+    trainer = DQNTrainer(hp, factory)
+    for _ in range(30):
+        trainer.collect_step()
+    pending = sum(len(q) for q in trainer.nstep.queues)
+    assert len(trainer.replay) == 3 * (trainer.env_steps - pending)
+    trainer.close()
+
+    def wrapped() -> gym.Env:
+        return gym.wrappers.TransformReward(TradingEnv(make_market(n=100)), lambda r: 10 * r)
+
+    with pytest.raises(ConfigError, match="with a TransformReward around the environment"):
+        DQNTrainer(hp.replace(n_envs=1), wrapped)

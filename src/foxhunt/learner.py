@@ -175,7 +175,6 @@ class DQNAgent:
         self.consecutive_skips = 0
         self._forward_net: nn.Module = self.online_net
         self._ddp: nn.Module | None = None
-        self._compile_ok = False
         self._objective = self._build_objective()
 
     # --- data parallel
@@ -276,13 +275,14 @@ class DQNAgent:
         """The eager objective, or with ``compile`` one torch.compile graph of the whole
         forward + target + loss (its backward compiled by AOTAutograd): fewer kernel launches,
         which is what bounds DQN-sized networks. Replaced when DDP wraps the network."""
+        self._compile_ok = False
         if not self.hp.compile:
             return self._micro_objective
         # Static shapes: an accumulation window has at most two micro-batch sizes.
         return torch.compile(self._micro_objective, dynamic=False)
 
-    def _call_objective(self, batch: Batch) -> tuple[torch.Tensor, ...]:
-        args = (
+    def _objective_backward(self, batch: Batch, scale: float) -> tuple[torch.Tensor, ...]:
+        objective, *outs = self._objective(
             batch.obs,
             batch.actions,
             batch.rewards,
@@ -291,17 +291,27 @@ class DQNAgent:
             batch.discounts,
             batch.weights,
         )
-        if self._objective is self._micro_objective or self._compile_ok:
-            return self._objective(*args)
-        try:  # the first compiled call compiles: a machine may lack what inductor needs
-            out = self._objective(*args)
+        scaled = objective * scale
+        if self.scaler is not None:
+            scaled = self.scaler.scale(scaled)
+        scaled.backward()
+        return tuple(outs)
+
+    def _first_compiled_backward(self, batch: Batch, scale: float) -> tuple[torch.Tensor, ...]:
+        """The first compiled call compiles the forward, its backward compiles lazily: a machine
+        that lacks what inductor needs (a C++ compiler) falls back to eager, gradients intact."""
+        saved = [None if p.grad is None else p.grad.clone() for p in self.params]
+        try:
+            outs = self._objective_backward(batch, scale)
         except Exception as exc:  # any compiler failure falls back alike
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning("compile: torch.compile failed (%s); training continues eagerly", first)
+            for p, g in zip(self.params, saved, strict=True):
+                p.grad = g
             self._objective = self._micro_objective
-            return self._objective(*args)
+            return self._objective_backward(batch, scale)
         self._compile_ok = True
-        return out
+        return outs
 
     # --- the optimization step
     def backward_micro_batch(
@@ -316,11 +326,10 @@ class DQNAgent:
         if not self.online_net.training:
             self.online_net.train()
         with self._sync_context(sync):
-            objective, loss, td, q_mean, q_abs_max = self._call_objective(batch)
-            scaled = objective * scale
-            if self.scaler is not None:
-                scaled = self.scaler.scale(scaled)
-            scaled.backward()
+            if self._objective is self._micro_objective or self._compile_ok:
+                loss, td, q_mean, q_abs_max = self._objective_backward(batch, scale)
+            else:
+                loss, td, q_mean, q_abs_max = self._first_compiled_backward(batch, scale)
         return MicroBatchResult(loss, td, q_mean, q_abs_max)
 
     def backward_only(self, batch: Batch, scale: float = 1.0, *, sync: bool = True) -> float:
@@ -357,7 +366,7 @@ class DQNAgent:
             # The same coefficient as torch.nn.utils.clip_grad_norm_, min(1, max / (norm + 1e-6)),
             # applied to the gradients of the one backward pass. The norm is already on the host
             # (for the skip decision), so clipping is one scalar multiply and only when it fires.
-            coef = min(1.0, hp.max_grad_norm / (pre_f + 1e-6))
+            coef = _clip_coefficient(pre_f, hp.max_grad_norm)
             if coef < 1.0:
                 clipped = True
                 torch._foreach_mul_(grads, coef)
@@ -423,6 +432,15 @@ class DQNAgent:
             yield
         finally:
             self.online_net.train()
+
+
+def _clip_coefficient(norm: float, max_norm: float) -> float:
+    """``clip_grad_norm_``'s coefficient, ``min(1, max_norm / (norm + 1e-6))``, rounded the way
+    its float32 tensor maths rounds it (``(norm + 1e-6).reciprocal() * max_norm``), so the clipped
+    gradients are bit for bit torch's while the host scalar saves three kernel launches."""
+    f32 = np.float32
+    coef = (f32(1.0) / (f32(norm) + f32(1e-6))) * f32(max_norm)
+    return min(1.0, float(coef))
 
 
 def _take(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

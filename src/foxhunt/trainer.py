@@ -268,12 +268,27 @@ class DQNTrainer:
                 "(the counterfactuals are computed by the env objects in this process)"
             )
         envs = [e.unwrapped for e in subs]
-        if not all(hasattr(e, "counterfactual_transitions") for e in envs):
-            raise ConfigError(
-                "action_augmentation must be false for this environment, got: true "
-                f"({type(envs[0]).__name__} has no counterfactual_transitions; the actions not "
-                "taken have unknown outcomes)"
-            )
+        needed = ["counterfactual_transitions"]
+        if self.hp.n_step > 1:
+            needed.append("counterfactual_reward_shift")
+        for name in needed:
+            if not all(hasattr(e, name) for e in envs):
+                raise ConfigError(
+                    "action_augmentation must be false for this environment, got: true "
+                    f"({type(envs[0]).__name__} has no {name}; the actions not taken have "
+                    "unknown outcomes)"
+                )
+        for env in subs:  # the counterfactuals come from the bare env: nothing may reshape it
+            layer = env
+            while isinstance(layer, gym.Wrapper):
+                if isinstance(
+                    layer, gym.ObservationWrapper | gym.RewardWrapper | gym.ActionWrapper
+                ):
+                    raise ConfigError(
+                        f"action_augmentation must be false with a {type(layer).__name__} around "
+                        "the environment, got: true (counterfactuals would bypass the wrapper)"
+                    )
+                layer = layer.env
         return envs
 
     def _counterfactuals(
@@ -291,7 +306,8 @@ class DQNTrainer:
         out = []
         for i, env in enumerate(self._counterfactual_envs):
             source = final if ended[i] else infos
-            info = {k: v[i] for k, v in source.items() if not k.startswith("_")}
+            # Per-env arrays only: an env that did not end still sees the others' final_* dicts.
+            info = {k: v[i] for k, v in source.items() if not k.startswith(("_", "final_"))}
             out.append(
                 Counterfactuals(
                     *env.counterfactual_transitions(
@@ -301,11 +317,10 @@ class DQNTrainer:
             )
         return out
 
-    def _reward_shift(self, i: int, alt: int, taken: int, following: int) -> float:
+    def _reward_shift(self, i: int, alt: int, taken: int, following: int, reward: float) -> float:
         assert self._counterfactual_envs is not None
-        return float(
-            self._counterfactual_envs[i].counterfactual_reward_shift(alt, taken, following)
-        )
+        env = self._counterfactual_envs[i]
+        return float(env.counterfactual_reward_shift(alt, taken, following, reward))
 
     # --- one optimizer step
     def train_step(self) -> dict[str, float]:
@@ -878,7 +893,11 @@ def _check_state(
         isinstance(k, str) and torch.is_tensor(v) for k, v in tensors.items()
     ):
         raise CheckpointError("checkpoint tensors must map names to tensors")
-    hp, saved = trainer.hp.to_dict(), _field(state, "hyperparameters", "dict")
+    hp, saved = trainer.hp.to_dict(), dict(_field(state, "hyperparameters", "dict"))
+    for key in set(hp) - set(saved):  # added after the checkpoint was written: at its default
+        default = DQNHyperparameters.model_fields[key].default
+        if json.loads(json.dumps(default)) == hp[key]:
+            saved[key] = hp[key]
     if saved != hp:
         diff = sorted(set(saved) ^ set(hp) | {k for k in set(saved) & set(hp) if saved[k] != hp[k]})
         more = f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""
@@ -1124,11 +1143,12 @@ def _check_round_trip(
     from foxhunt.errors import CheckpointError
 
     again, state_again = capture_state(trainer)
-    expected = state
+    # Hyperparameters were matched (fields newer than the checkpoint at their defaults).
+    expected = {**state, "hyperparameters": trainer.hp.to_dict()}
     skip: set[str] = set()
     if state["loop"]["has_obs"] and state["envs"] is None:  # restarted from a fresh reset
         skip = {"loop.obs", "loop.ep_return", "loop.ep_length"}
-        expected = {**state, "loop": {**state["loop"], "has_obs": False}}
+        expected = {**expected, "loop": {**state["loop"], "has_obs": False}}
     for key in sorted((set(tensors) | set(again)) - skip):
         if key not in again:
             t = tensors[key]

@@ -360,11 +360,13 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
         return others, rewards.astype(np.float64), nxt, bankrupt | data_end
 
     def counterfactual_reward_shift(
-        self, alt_action: int, taken_action: int, next_action: int
+        self, alt_action: int, taken_action: int, next_action: int, next_reward: float
     ) -> float:
-        """How the reward of the step after ``alt_action`` would differ from the one recorded
-        after ``taken_action``: only the cost of reaching ``next_action``'s position changes
-        (for n-step counterfactual returns)."""
+        """How the reward of the step after ``alt_action`` would differ from ``next_reward``,
+        recorded after ``taken_action``: only the cost of reaching ``next_action``'s position
+        changes (for n-step counterfactual returns). A bankrupt step stays bankrupt."""
+        if next_reward == BANKRUPTCY_REWARD:
+            return 0.0
         p = self.positions
         keep_alt = 1.0 - abs(p[next_action] - p[alt_action]) * self._cost_rate
         keep_taken = 1.0 - abs(p[next_action] - p[taken_action]) * self._cost_rate

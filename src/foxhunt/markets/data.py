@@ -144,7 +144,10 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             frame = pd.read_parquet(path)
         else:
             sep = _sniff_delimiter(path, suffix)
-            frame = pd.read_csv(path, sep=sep, skipinitialspace=True)
+            # Outside comma-delimited files the decimal mark is not known in advance ("12.345"
+            # may be 12345 in a German file): read text and decide once for the whole file.
+            dtype = None if sep == "," else str
+            frame = pd.read_csv(path, sep=sep, skipinitialspace=True, dtype=dtype)
             frame.attrs["delimiter"] = sep
     except pd.errors.EmptyDataError:
         raise DataError(f"{label}: file is empty (no header row)") from None
@@ -312,6 +315,25 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
 
 
 _SUFFIX_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
+# A separator followed by other than exactly three digits, or the last of two different
+# separators, can only be a decimal mark.
+_COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d"
+_DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d"
+
+
+def _decimal_comma(values: pd.DataFrame, label: str) -> bool:
+    """Whether a (non-comma-delimited) file writes decimals with a comma, from the evidence
+    in its numbers; a file showing both conventions is refused, one showing neither (only
+    three-digit groups, e.g. 16.750) is read with a decimal point."""
+    text = values.astype(str).stack().str.strip()
+    comma = text.str.contains(_COMMA_DECIMAL, regex=True)
+    dot = text.str.contains(_DOT_DECIMAL, regex=True)
+    if comma.any() and dot.any():
+        raise DataError(
+            f"{label}: numbers use both decimal marks: {text[comma].iloc[0]!r} (comma) and "
+            f"{text[dot].iloc[0]!r} (point); write one convention"
+        )
+    return bool(comma.any())
 
 
 def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
@@ -341,7 +363,10 @@ def _to_float(
         raise DataError(f"{label}: column {column!r} {where(0)}: non-numeric value {_fmt(True)}")
     if pd.api.types.is_numeric_dtype(raw.dtype):
         return raw.to_numpy(dtype=np.float64, na_value=np.nan)
-    coerced = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    if decimal_comma:  # "12.345" is twelve thousand here: never let pandas read it first
+        coerced = _localised_numbers(raw, decimal_comma)
+    else:
+        coerced = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(coerced) & ~raw.isna().to_numpy()
     if bad.any():
         coerced = _localised_numbers(raw, decimal_comma)
@@ -384,7 +409,10 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     if n < min_rows:
         raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
     timestamps = _parse_timestamps(ts_raw, label, ts_column)
-    decimal_comma = frame.attrs.get("delimiter", ",") != ","
+    decimal_comma = False
+    if frame.attrs.get("delimiter", ",") != ",":
+        cols = [found[c] for c in OHLCV_COLUMNS if c in found]
+        decimal_comma = _decimal_comma(frame[cols], label)
     reversed_rows = n > 1 and bool(np.all(np.diff(timestamps.asi8) < 0))
     if reversed_rows:
         # Newest-first exports (common from brokers and data sites) are unambiguous: reverse

@@ -30,10 +30,10 @@ class Counterfactuals(NamedTuple):
     dones: np.ndarray  # [k] bool: the alternative itself terminated (e.g. went bankrupt)
 
 
-RewardShift = Callable[[int, int, int, int], float]
-"""``shift(env_index, alt_action, taken_action, next_action)``: how the reward of the step after
-an alternative differs from the recorded one (TradingEnv: the cost of moving from the alternative
-position instead of the taken one)."""
+RewardShift = Callable[[int, int, int, int, float], float]
+"""``shift(env_index, alt_action, taken_action, next_action, next_reward)``: how the reward of the
+step after an alternative differs from the recorded ``next_reward`` (TradingEnv: the cost of
+moving from the alternative position instead of the taken one)."""
 
 
 class NStepAccumulator:
@@ -116,7 +116,7 @@ class NStepAccumulator:
                     rows.append((o, int(alt), float(r_alt), nxt_alt, float(d_alt), self.gamma))
                     continue
                 assert self.reward_shift is not None
-                shift = self.reward_shift(i, int(alt), a, q[1][1])
+                shift = self.reward_shift(i, int(alt), a, q[1][1], q[1][2])
                 ret = float(r_alt) + tail + self.gamma * shift
                 rows.append((o, int(alt), ret, next_obs, done, self.gamma**m))
         oo, aa, rr, nn, dd, gg = zip(*rows, strict=True)
