@@ -290,3 +290,17 @@ def test_write_report_files(tmp_path):
         bt.write_report(tmp_path, [results[1], results[1]], "dup")
     with pytest.raises(ConfigError, match="empty"):
         bt.write_report(tmp_path, [], "none")
+
+
+def test_periods_per_year_is_read_from_the_timestamps():
+    import pandas as pd
+
+    from foxhunt.backtest import infer_periods_per_year
+
+    daily = pd.date_range("2020-01-01", periods=731, freq="D").to_numpy()
+    assert infer_periods_per_year(daily) == pytest.approx(365.25, rel=1e-3)
+    business = pd.bdate_range("2020-01-01", "2023-12-31").to_numpy()
+    assert infer_periods_per_year(business) == pytest.approx(261, rel=0.01)
+    minutes = pd.date_range("2024-03-04 09:30", periods=391, freq="min").to_numpy()
+    assert infer_periods_per_year(minutes) == pytest.approx(365.25 * 24 * 60, rel=1e-3)
+    assert infer_periods_per_year(np.arange(10)) == 252.0  # no timestamps: the default

@@ -144,3 +144,35 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
         build_parser().parse_args([command, "--help"])
     assert exc.value.code == 0
     assert f"usage: foxhunt {command}" in capsys.readouterr().out
+
+
+def test_filesystem_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from foxhunt.cli import main
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    code = main(["train", "--env", "CartPole-v1", "--run-dir", str(blocker / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("foxhunt: error: Not a directory") and str(blocker) in err
+    assert "\n" not in err and "Traceback" not in err
+
+
+def test_data_paths_are_stored_absolute_and_config_sections_stand_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`foxhunt evaluate` may run elsewhere: --data is stored absolute, and a config file's
+    market.data is read relative to the config file. A file with only a trading: section is a
+    sectioned config (not a hyperparameter named 'trading')."""
+    from foxhunt.runs import build_spec
+
+    (tmp_path / "conf").mkdir()
+    monkeypatch.chdir(tmp_path)
+    spec = build_spec(data="prices.csv")
+    assert spec.market.data == str(tmp_path / "prices.csv")
+    cfg = tmp_path / "conf" / "long_only.yaml"
+    cfg.write_text(yaml.safe_dump({"trading": {"positions": [0.0, 1.0]}}))
+    spec = build_spec(config_file=str(cfg))
+    assert spec.trading_config().positions == (0.0, 1.0)
+    cfg.write_text(yaml.safe_dump({"market": {"data": "../data/bars.csv"}}))
+    assert build_spec(config_file=str(cfg)).market.data == str(tmp_path / "data" / "bars.csv")

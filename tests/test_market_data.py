@@ -230,8 +230,8 @@ def test_empty_file(tmp_path):
 
 def test_unknown_suffix(tmp_path):
     with pytest.raises(DataError) as err:
-        load_ohlcv(write(tmp_path, "x", name="bars.txt"))
-    assert_one_line(err, "bars.txt", "'.txt'", ".csv")
+        load_ohlcv(write(tmp_path, "x", name="bars.xlsx"))
+    assert_one_line(err, "bars.xlsx", "'.xlsx'", ".csv")
 
 
 def test_missing_column_lists_what_was_found(tmp_path):
@@ -432,3 +432,33 @@ def test_decimal_mark_is_decided_from_the_whole_file(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, mixed))
     assert_one_line(err, "bars.csv", "both decimal marks", "'109,2'", "'109.5'")
+
+
+def test_metastock_date_and_time_columns_are_joined(tmp_path):
+    text = (
+        "<TICKER>,<PER>,<DTYYYYMMDD>,<TIME>,<OPEN>,<HIGH>,<LOW>,<CLOSE>,<VOL>\n"
+        "SPY,1,20240304,093000,10,11,9,10.5,100\n"
+        "SPY,1,20240304,093100,10.5,11.5,10,11,200\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2024-03-04 09:30"), pd.Timestamp("2024-03-04 09:31")]
+
+
+def test_newest_first_file_with_a_repeated_timestamp_names_the_duplicate(tmp_path):
+    rows = list(reversed(GOOD_ROWS))
+    rows.insert(1, rows[1])  # 01-03, 01-02, 01-02, 01-01
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, HEADER + "\n".join(rows) + "\n"))
+    assert_one_line(err, "row 3", "2020-01-02", "duplicates row 2")
+
+
+@pytest.mark.parametrize("name", ["bars.tsv", "bars.txt", "bars.tsv.gz"])
+def test_tab_and_text_suffixes(tmp_path, name):
+    text = (HEADER + "\n".join(GOOD_ROWS) + "\n").replace(",", "\t")
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    assert load_ohlcv(path)["close"].tolist() == [10.5, 11.0, 11.5]

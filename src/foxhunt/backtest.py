@@ -145,6 +145,18 @@ def exposure(positions: Any) -> float:
     return float((_positions(positions) != 0.0).mean())
 
 
+def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
+    """Bars per year as the data has them (intervals / span in years): 252 for exchange days,
+    365 for 24/7 daily bars, ~98 000 for one-minute equity bars. Annualising every file with
+    252 would scale an intraday Sharpe ratio by the wrong square root."""
+    ts = np.asarray(timestamps)
+    if ts.size < 3 or not np.issubdtype(ts.dtype, np.datetime64):
+        return default
+    ns = ts.astype("datetime64[ns]").astype(np.int64)
+    years = (ns[-1] - ns[0]) / (365.25 * 86_400e9)
+    return float((ts.size - 1) / years) if years > 0 else default
+
+
 def compute_metrics(
     log_returns: Any,
     positions: Any,
@@ -226,8 +238,10 @@ def _build_result(
     costs: np.ndarray,
     equity: np.ndarray,
     bankrupt: bool,
-    periods_per_year: float,
+    periods_per_year: float | None,
 ) -> BacktestResult:
+    if periods_per_year is None:
+        periods_per_year = infer_periods_per_year(market.timestamps)
     first = config.window - 1
     n = len(market) - 1 - first
     ends = slice(first + 1, first + 1 + n)  # bar t + 1 of each period
@@ -239,6 +253,7 @@ def _build_result(
 
     changes = np.abs(np.diff(positions, prepend=config.initial_value))
     metrics = _metrics(log_returns, positions, changes, periods_per_year)
+    metrics["periods_per_year"] = float(periods_per_year)
     metrics["final_equity"] = float(equity[-1])
     metrics["total_cost"] = float(costs.sum())
     per_regime: dict[str, dict[str, float]] = {}
@@ -273,7 +288,7 @@ def simulate_positions(
     config: TradingEnvConfig,
     name: str,
     *,
-    periods_per_year: float = 252,
+    periods_per_year: float | None = None,
 ) -> BacktestResult:
     """Account a given position series exactly as :class:`TradingEnv` in eval mode would.
 
@@ -325,7 +340,7 @@ def run_policy(
     config: TradingEnvConfig,
     name: str,
     *,
-    periods_per_year: float = 252,
+    periods_per_year: float | None = None,
 ) -> BacktestResult:
     """Run ``act(observation) -> action index`` through a :class:`TradingEnv` in eval mode.
 
@@ -355,7 +370,7 @@ def run_policy(
 # baselines
 # ---------------------------------------------------------------------------------------------
 def buy_and_hold(
-    market: MarketArrays, config: TradingEnvConfig, *, periods_per_year: float = 252
+    market: MarketArrays, config: TradingEnvConfig, *, periods_per_year: float | None = None
 ) -> BacktestResult:
     """Hold 1.0 (fully long) from the first decision bar; pays one entry cost."""
     return simulate_positions(
@@ -364,7 +379,7 @@ def buy_and_hold(
 
 
 def flat(
-    market: MarketArrays, config: TradingEnvConfig, *, periods_per_year: float = 252
+    market: MarketArrays, config: TradingEnvConfig, *, periods_per_year: float | None = None
 ) -> BacktestResult:
     """Hold nothing (pays an exit cost only if ``config``'s initial position is not flat)."""
     return simulate_positions(
@@ -419,7 +434,7 @@ def regime_oracle(
     config: TradingEnvConfig,
     reference: MarketArrays,
     *,
-    periods_per_year: float = 252,
+    periods_per_year: float | None = None,
 ) -> BacktestResult:
     """An upper-bound baseline that knows the true regime of the period it is about to hold.
 

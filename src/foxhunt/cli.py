@@ -400,6 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("foxhunt: interrupted (a checkpoint was saved when one was due)", file=sys.stderr)
         return 130
+    except OSError as err:  # the filesystem said no: a path the user chose, a full disk
+        where = f": {err.filename}" if err.filename else ""
+        what = err.strerror or _one_line(err)
+        print(f"foxhunt: error: {what}{where}", file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 def _one_line(err: BaseException) -> str:

@@ -119,9 +119,14 @@ def build_spec(
     file_run: dict[str, Any] = {}
     if config_file is not None:
         raw = load_config_dict(Path(config_file), flatten=False)
-        if "hyperparameters" in raw:
-            file_hp = dict(raw.pop("hyperparameters") or {})
+        if set(raw) & {"hyperparameters", "env", "market", "trading", "total_env_steps"}:
+            file_hp = dict(raw.pop("hyperparameters", None) or {})
             file_run = raw
+            data_in_file = (file_run.get("market") or {}).get("data")
+            if isinstance(data_in_file, str) and not Path(data_in_file).is_absolute():
+                # Relative to the config file, so the run does not depend on the working dir.
+                resolved = str((Path(config_file).parent / data_in_file).resolve())
+                file_run["market"] = {**file_run["market"], "data": resolved}
         else:
             file_hp = raw
     if env is None:
@@ -152,8 +157,8 @@ def build_spec(
         hp_over["seed"] = seed
     hp = preset(preset_name, **{**file_hp, **hp_over})
     market = {**(file_run.get("market") or {}), **market_over}
-    if data is not None:
-        market["data"] = data
+    if data is not None:  # absolute: `foxhunt evaluate` may run from another directory
+        market["data"] = str(Path(data).resolve())
     steps = (
         total_steps
         or file_run.get("total_env_steps")

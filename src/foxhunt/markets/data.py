@@ -86,11 +86,13 @@ _TIMESTAMP_ALIASES = (
     "index",
     "",
 )
+# Columns holding only the date; a "time" column next to one of them holds the time of day.
+_DATE_ONLY_ALIASES = ("date", "dtyyyymmdd", "trade date", "trading date", "day")
 _MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
 # Relative slack for the high/low consistency checks: values written to CSV with limited
 # precision may disagree in the last digits; anything larger is a real data error.
 _OHLC_RTOL = 1e-9
-_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
+_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz", ".parquet", ".pq")
 
 
 def _norm(name: object) -> str:
@@ -159,7 +161,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 def _sniff_delimiter(path: Path, suffix: str) -> str:
     """The field delimiter of a CSV: whichever of , ; tab | splits the header line most."""
-    opener = gzip.open if suffix == ".csv.gz" else open
+    opener = gzip.open if suffix.endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:  # type: ignore[operator]
             header = next((line for line in f if line.strip()), "")
@@ -218,10 +220,14 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     for col in frame.columns:
         by_norm.setdefault(_norm(col), col)
     has = {alias for alias in _TIMESTAMP_ALIASES if alias in by_norm}
-    # Separate date and time columns (MetaTrader-style exports) are joined into one.
-    if {"date", "time"} <= has and not has & {"timestamp", "datetime"}:
-        dcol, tcol = by_norm["date"], by_norm["time"]
-        joined = frame[dcol].astype(str).str.strip() + " " + frame[tcol].astype(str).str.strip()
+    # Separate date and time columns (MetaTrader, MetaStock/Stooq exports) are joined into one.
+    date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
+    if date_alias and "time" in has and not has & {"timestamp", "datetime", "date time"}:
+        dcol, tcol = by_norm[date_alias], by_norm["time"]
+        times = frame[tcol]
+        if pd.api.types.is_integer_dtype(times.dtype):  # HHMMSS read as a number: 93000
+            times = times.astype(str).str.zfill(6)
+        joined = frame[dcol].astype(str).str.strip() + " " + times.astype(str).str.strip()
         return joined.reset_index(drop=True), f"{dcol}+{tcol}"
     for alias in _TIMESTAMP_ALIASES:
         if alias in by_norm:
@@ -413,7 +419,15 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     if frame.attrs.get("delimiter", ",") != ",":
         cols = [found[c] for c in OHLCV_COLUMNS if c in found]
         decimal_comma = _decimal_comma(frame[cols], label)
-    reversed_rows = n > 1 and bool(np.all(np.diff(timestamps.asi8) < 0))
+    back = np.diff(timestamps.asi8)
+    reversed_rows = n > 1 and bool(np.all(back < 0))
+    if n > 1 and not reversed_rows and bool(np.all(back <= 0)) and bool(np.any(back < 0)):
+        pos = int(np.argmax(back == 0)) + 1  # newest first but for a repeated timestamp
+        raise DataError(
+            f"{label}: column {ts_column!r} row {pos + 1}: timestamp {_stamp(timestamps[pos])} "
+            f"duplicates row {pos} ({_stamp(timestamps[pos - 1])}); rows must be strictly "
+            "ordered in time"
+        )
     if reversed_rows:
         # Newest-first exports (common from brokers and data sites) are unambiguous: reverse
         # them, and say so.
