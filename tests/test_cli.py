@@ -176,3 +176,17 @@ def test_data_paths_are_stored_absolute_and_config_sections_stand_alone(
     assert spec.trading_config().positions == (0.0, 1.0)
     cfg.write_text(yaml.safe_dump({"market": {"data": "../data/bars.csv"}}))
     assert build_spec(config_file=str(cfg)).market.data == str(tmp_path / "data" / "bars.csv")
+
+
+def test_best_model_falls_back_to_final_out_loud(
+    run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    from foxhunt.runs import load_model
+
+    copy = tmp_path / "no_best"
+    shutil.copytree(run, copy)
+    (copy / "best_model.safetensors").unlink()
+    load_model(copy, which="best")
+    assert "has no best model (no evaluation ran): using the final weights" in caplog.text

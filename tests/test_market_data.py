@@ -152,7 +152,9 @@ def test_metatrader_headers_and_fallback_columns(tmp_path):
     )
     df = load_ohlcv(write(tmp_path, text))
     assert list(df.index) == [pd.Timestamp("2020-01-02 10:00"), pd.Timestamp("2020-01-02 11:00")]
-    assert df["volume"].tolist() == [0.0, 0.0]  # <VOL> wins over the tick-volume fallback
+    assert df["volume"].tolist() == [55.0, 66.0]  # <VOL> is all zero (FX): tick volume instead
+    real = text.replace(",0,2\n", ",7,2\n")
+    assert load_ohlcv(write(tmp_path, real))["volume"].tolist() == [7.0, 7.0]  # <VOL> wins
     no_vol = text.replace(",<VOL>", "").replace(",0,2", ",2")
     assert load_ohlcv(write(tmp_path, no_vol))["volume"].tolist() == [55.0, 66.0]
     dukascopy = (

@@ -9,6 +9,7 @@ and, after ``evaluate``, ``backtest/``.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,8 @@ from foxhunt.errors import ConfigError, FoxhuntError
 
 PRESETS = ("default", "conservative", "rainbow", "cartpole", "trading")
 DEFAULT_TOTAL_STEPS = {"trading": 60_000, "gym": 50_000}
+
+log = logging.getLogger(__name__)
 
 
 class MarketSpec(BaseModel):
@@ -340,8 +343,13 @@ def load_model(run_dir: Path, which: str = "final") -> Any:
     if which not in ("best", "final"):
         raise ConfigError(f"model must be 'best' or 'final', got: {which!r}")
     meta_path, weights = run_dir / "model.json", run_dir / "model.safetensors"
-    if which == "best" and (run_dir / "best_model.safetensors").is_file():
-        weights = run_dir / "best_model.safetensors"
+    if which == "best":
+        if (run_dir / "best_model.safetensors").is_file():
+            weights = run_dir / "best_model.safetensors"
+        else:  # no evaluation ran (eval_interval 0, or a run shorter than one interval)
+            log.warning(
+                "%s has no best model (no evaluation ran): using the final weights", run_dir
+            )
     for p in (meta_path, weights):
         if not p.is_file():
             raise FoxhuntError(f"run directory has no trained model: {p} is missing")

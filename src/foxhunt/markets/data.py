@@ -194,6 +194,8 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
     for kind, (canon, _) in _FALLBACKS.items():
         if canon not in found and kind in fallback:
             found[canon] = fallback[kind]
+    if "tick volume" in fallback and found.get("volume") is not fallback["tick volume"]:
+        found["tick volume"] = fallback["tick volume"]  # used if the real volume is all zero
     missing = [c for c in _PRICE_COLUMNS if c not in found]
     if missing:
         seen = ", ".join(str(c) for c in frame.columns) or "(none)"
@@ -457,6 +459,12 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     if "volume" not in values:
         values["volume"] = np.zeros(n, dtype=np.float64)
         names["volume"] = "volume"
+    if "tick volume" in found and not values["volume"].any():
+        # MetaTrader FX exports: <VOL> is all zeros, <TICKVOL> is the usable activity measure.
+        col = found["tick volume"]
+        ticks = _to_float(frame[col].reset_index(drop=True), label, str(col), where, decimal_comma)
+        if np.isfinite(ticks).all():
+            values["volume"], names["volume"] = ticks, str(col)
 
     for canon in _PRICE_COLUMNS:
         bad = values[canon] <= 0
