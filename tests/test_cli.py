@@ -190,3 +190,25 @@ def test_best_model_falls_back_to_final_out_loud(
     (copy / "best_model.safetensors").unlink()
     load_model(copy, which="best")
     assert "has no best model (no evaluation ran): using the final weights" in caplog.text
+
+
+def test_split_and_window_errors_name_their_setting(tmp_path: Path) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from foxhunt.errors import ConfigError
+    from foxhunt.runs import build_spec, build_trading
+
+    with pytest.raises(ConfigError, match=r"market.train_fraction \+ market.validation_fraction"):
+        build_spec(overrides={"market.train_fraction": 0.9})
+    n = 200
+    close = 100 * np.exp(np.cumsum(np.random.default_rng(0).normal(0, 0.01, n)))
+    bars = pd.DataFrame(
+        {"open": close, "high": close * 1.01, "low": close * 0.99, "close": close},
+        index=pd.date_range("2020-01-01", periods=n, freq="D", name="date"),
+    )
+    path = tmp_path / "bars.csv"
+    bars.to_csv(path)
+    spec = build_spec(data=str(path), overrides={"trading.window": 100})
+    with pytest.raises(ConfigError, match=r"trading.window=100 needs at least 306 bars .* got 200"):
+        build_trading(spec)

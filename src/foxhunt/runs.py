@@ -17,7 +17,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object
 from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
@@ -54,6 +54,17 @@ class MarketSpec(BaseModel):
     synthetic market a network given raw price features memorises the training span instead of
     learning the regime policy (see BENCHMARKS.md). None = all of ``compute_features``' columns.
     """
+
+    @model_validator(mode="after")
+    def _leave_a_test_span(self) -> MarketSpec:
+        total = self.train_fraction + self.validation_fraction
+        if total >= 1.0:
+            raise ValueError(
+                "market.train_fraction + market.validation_fraction must be < 1 to leave a test "
+                f"span, got "
+                f"{self.train_fraction} + {self.validation_fraction} = {total:g}"
+            )
+        return self
 
 
 class RunSpec(BaseModel):
@@ -248,11 +259,13 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
     config = spec.trading_config()
     source = data_override if data_override is not None else m.data
     min_rows = 3 * (config.window + 2)
-    if source is None:
-        df = default_market(seed=m.synthetic_seed)
-    else:
-        df = load_ohlcv(source, min_rows=min_rows)
+    df = default_market(seed=m.synthetic_seed) if source is None else load_ohlcv(source)
     n = len(df)
+    if n < min_rows:
+        raise ConfigError(
+            f"trading.window={config.window} needs at least {min_rows} bars (3 x (window + 2)), "
+            f"got {n} in {source or 'the synthetic market'}"
+        )
     train_end = int(n * m.train_fraction)
     val_end = min(n, train_end + int(n * m.validation_fraction))
     if train_end < config.window + 2 or n - val_end < 2:
