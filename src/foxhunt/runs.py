@@ -61,8 +61,7 @@ class MarketSpec(BaseModel):
         if total >= 1.0:
             raise ValueError(
                 "market.train_fraction + market.validation_fraction must be < 1 to leave a test "
-                f"span, got "
-                f"{self.train_fraction} + {self.validation_fraction} = {total:g}"
+                f"span, got {self.train_fraction} + {self.validation_fraction} = {total:g}"
             )
         return self
 

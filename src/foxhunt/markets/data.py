@@ -194,7 +194,7 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
     for kind, (canon, _) in _FALLBACKS.items():
         if canon not in found and kind in fallback:
             found[canon] = fallback[kind]
-    if "tick volume" in fallback and found.get("volume") is not fallback["tick volume"]:
+    if "tick volume" in fallback and found.get("volume") != fallback["tick volume"]:
         found["tick volume"] = fallback["tick volume"]  # used if the real volume is all zero
     missing = [c for c in _PRICE_COLUMNS if c not in found]
     if missing:
@@ -346,8 +346,8 @@ def _decimal_comma(values: pd.DataFrame, label: str) -> bool:
 
 def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
     """Numbers written for people: thousands separators (1,234.5 / 1.234,5 / 1 234,5 / 1'234.5)
-    and K/M/B suffixes (investing.com volumes). A comma is the decimal mark only in files whose
-    delimiter is not a comma; anything still unreadable becomes NaN for the caller to report."""
+    and K/M/B suffixes (investing.com volumes), with the file's decimal mark (see
+    :func:`_decimal_comma`); anything still unreadable becomes NaN for the caller to report."""
     text = raw.astype(str).str.strip().str.replace(r"[\s'\u00a0]", "", regex=True)
     group, mark = (".", ",") if decimal_comma else (",", ".")
     grouped = rf"[+-]?(\d{{1,3}}(\{group}\d{{3}})+|\d+)(\{mark}\d*)?[kKmMbB]?"
@@ -371,14 +371,14 @@ def _to_float(
         raise DataError(f"{label}: column {column!r} {where(0)}: non-numeric value {_fmt(True)}")
     if pd.api.types.is_numeric_dtype(raw.dtype):
         return raw.to_numpy(dtype=np.float64, na_value=np.nan)
+    present = ~raw.isna().to_numpy()
     if decimal_comma:  # "12.345" is twelve thousand here: never let pandas read it first
         coerced = _localised_numbers(raw, decimal_comma)
     else:
         coerced = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = np.isnan(coerced) & ~raw.isna().to_numpy()
-    if bad.any():
-        coerced = _localised_numbers(raw, decimal_comma)
-        bad = np.isnan(coerced) & ~raw.isna().to_numpy()
+        if (np.isnan(coerced) & present).any():
+            coerced = _localised_numbers(raw, decimal_comma)
+    bad = np.isnan(coerced) & present
     for pos in np.flatnonzero(bad):
         value = raw.iloc[pos]
         if str(value).strip().lower() not in _MISSING_STRINGS:
@@ -399,9 +399,9 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     or a DatetimeIndex; ISO strings with a timezone are converted to UTC, other strings use pandas
     inference (month-first, falling back to day-first when month-first fails), integers are
     YYYYMMDD dates or unix epochs whose unit (s/ms/us/ns) is read from their magnitude. Numbers
-    may carry thousands separators or K/M/B suffixes; in files not delimited by commas a comma is
-    the decimal mark. A file whose rows are all newest-first is reversed (with a logged warning);
-    a missing volume column becomes zeros.
+    may carry thousands separators or K/M/B suffixes; in files not delimited by commas the decimal
+    mark is read from the numbers themselves. A file whose rows are all newest-first is reversed
+    (with a logged warning); a missing volume column becomes zeros.
 
     Raises :class:`DataError` (one line: file, column, row, value) for anything it cannot trust:
     missing columns, unparseable or missing timestamps, NaN/inf, non-positive prices, high below
@@ -422,24 +422,19 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
         cols = [found[c] for c in OHLCV_COLUMNS if c in found]
         decimal_comma = _decimal_comma(frame[cols], label)
     back = np.diff(timestamps.asi8)
-    reversed_rows = n > 1 and bool(np.all(back < 0))
-    if n > 1 and not reversed_rows and bool(np.all(back <= 0)) and bool(np.any(back < 0)):
-        pos = int(np.argmax(back == 0)) + 1  # newest first but for a repeated timestamp
-        raise DataError(
-            f"{label}: column {ts_column!r} row {pos + 1}: timestamp {_stamp(timestamps[pos])} "
-            f"duplicates row {pos} ({_stamp(timestamps[pos - 1])}); rows must be strictly "
-            "ordered in time"
-        )
+    reversed_rows = n > 1 and bool(np.all(back <= 0)) and bool(np.any(back < 0))
     if reversed_rows:
         # Newest-first exports (common from brokers and data sites) are unambiguous: reverse
-        # them, and say so.
+        # them, and say so (a repeated timestamp is still refused below).
         log.warning("%s: rows are newest first; reversed into time order", label)
         frame = frame.iloc[::-1]
         timestamps = timestamps[::-1]
 
+    def file_row(pos: int) -> int:
+        return n - pos if reversed_rows else pos + 1  # as numbered in the source
+
     def where(pos: int) -> str:
-        row = n - pos if reversed_rows else pos + 1  # as numbered in the source
-        return f"row {row} ({_stamp(timestamps[pos])})"
+        return f"row {file_row(pos)} ({_stamp(timestamps[pos])})"
 
     values: dict[str, np.ndarray] = {}
     names: dict[str, str] = {}
@@ -502,9 +497,11 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     for bad, why in ((steps < 0, "is earlier than"), (steps == 0, "duplicates")):
         if bad.any():
             pos = int(np.argmax(bad)) + 1
+            # The later of the two rows in the file is the offending one.
+            later, earlier = sorted((file_row(pos), file_row(pos - 1)), reverse=True)
             raise DataError(
-                f"{label}: column {ts_column!r} row {pos + 1}: timestamp {_stamp(timestamps[pos])} "
-                f"{why} row {pos} ({_stamp(timestamps[pos - 1])}); rows must be strictly "
+                f"{label}: column {ts_column!r} row {later}: timestamp {_stamp(timestamps[pos])} "
+                f"{why} row {earlier} ({_stamp(timestamps[pos - 1])}); rows must be strictly "
                 "increasing in time"
             )
 
@@ -513,8 +510,7 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
         index=pd.DatetimeIndex(timestamps, name="timestamp"),
     )
     if "regime" in found:
-        regime = frame[found["regime"]].reset_index(drop=True)
-        out["regime"] = _regime_column(regime, label, str(found["regime"]), where)
+        out["regime"] = _regime_column(frame[found["regime"]], label, str(found["regime"]), where)
     return out
 
 
