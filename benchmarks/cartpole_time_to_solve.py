@@ -133,6 +133,7 @@ def run_foxhunt(seed: int, budget: dict[str, Any]) -> dict[str, Any]:
 def run_sb3(seed: int, budget: dict[str, Any]) -> dict[str, Any]:
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     model = DQN(
         "MlpPolicy",
@@ -142,6 +143,7 @@ def run_sb3(seed: int, budget: dict[str, Any]) -> dict[str, Any]:
         verbose=0,
         **{**ZOO_CARTPOLE, **budget["sb3_overrides"]},
     )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> folder in /tmp
     torch.set_num_threads(1)
     clock = Clock(budget["eval_every"], budget["eval_episodes"], 10_000 + 100 * seed)
 

@@ -57,6 +57,7 @@ def make_foxhunt(n_envs: int) -> Callable[[int], None]:
 def make_sb3(n_envs: int) -> Callable[[int], None]:
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
     env = make_vec_env(ENV_ID, n_envs=n_envs, seed=0)
@@ -72,6 +73,7 @@ def make_sb3(n_envs: int) -> Callable[[int], None]:
         seed=0,
         verbose=0,
     )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # no SB3-<date> folder in /tmp
     _, callback = model._setup_learn(total_timesteps=10**9, callback=None)
     callback.on_training_start(locals(), globals())
 

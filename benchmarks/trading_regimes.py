@@ -4,7 +4,7 @@ Trains the regime-conditional agent (the ``trading`` preset that ``foxhunt train
 plain DQN (the same preset with one head instead of per-regime heads) for several seeds, then
 backtests both on the test span against buy-and-hold, flat and the regime oracle.
 
-    python benchmarks/trading_regimes.py                 # 3 seeds, the preset's step budget
+    python benchmarks/trading_regimes.py --jobs 2        # 10 seeds, the preset's step budget
     python benchmarks/trading_regimes.py --smoke         # seconds; checks the plumbing only
 """
 
@@ -63,6 +63,12 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             k: statistics.fmean(r[k] for r in rs if r[k] is not None)
             for k in ("agent_log_return", "agent_sharpe", "oracle_capture")
         }
+        returns = [r["agent_log_return"] for r in rs]
+        out[variant].update(
+            median_log_return=statistics.median(returns),
+            min_log_return=min(returns),
+            max_log_return=max(returns),
+        )
     first = rows[0]
     out["buy_and_hold"] = {
         "agent_log_return": first["buy_and_hold_log_return"],
@@ -72,9 +78,25 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def paired(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per seed, regime-conditional minus plain DQN: the comparison the seeds share."""
+    by = {(r["seed"], r["variant"]): r["agent_log_return"] for r in rows}
+    seeds = sorted({s for s, v in by if (s, "plain_dqn") in by and (s, "regime_conditional") in by})
+    diffs = [by[s, "regime_conditional"] - by[s, "plain_dqn"] for s in seeds]
+    return {
+        "seeds": seeds,
+        "regime_conditional_minus_plain": diffs,
+        "regime_conditional_wins": sum(d > 0 for d in diffs),
+        "mean_difference": statistics.fmean(diffs) if diffs else None,
+        "stderr_of_difference": statistics.stdev(diffs) / len(diffs) ** 0.5
+        if len(diffs) > 1
+        else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     p.add_argument("--steps", type=int, default=None, help="env steps (default: the preset's)")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
@@ -101,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "smoke": args.smoke,
         "rows": rows,
         "mean": summarise(rows),
+        "paired": paired(rows),
     }
     out = args.out or RESULTS / (
         "trading_regimes.smoke.json" if args.smoke else "trading_regimes.json"
@@ -114,6 +137,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"| {name} | {m['agent_log_return']:.3f} | {m['agent_sharpe']:.2f} | "
             f"{m['oracle_capture']:.2f} |"
         )
+    pr = result["paired"]
+    print(
+        f"\nregime-conditional minus plain DQN, per seed: wins {pr['regime_conditional_wins']} of "
+        f"{len(pr['seeds'])}, mean {pr['mean_difference']:+.3f}"
+        + (
+            f" (standard error {pr['stderr_of_difference']:.3f})"
+            if pr["stderr_of_difference"]
+            else ""
+        )
+    )
     return result
 
 

@@ -201,3 +201,9 @@ def test_trading_regimes_smoke(tmp_path: Path) -> None:
             assert math.isfinite(row[key]), (key, row[key])
         assert row["oracle_log_return"] > 0  # the oracle knows the regimes: it must profit
     assert set(written["mean"]) == {"regime_conditional", "plain_dqn", "buy_and_hold"}
+    by_variant = {r["variant"]: r["agent_log_return"] for r in written["rows"]}
+    pr = written["paired"]
+    assert pr["seeds"] == [0]
+    assert pr["regime_conditional_minus_plain"] == pytest.approx(
+        [by_variant["regime_conditional"] - by_variant["plain_dqn"]]
+    )

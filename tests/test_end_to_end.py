@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from foxhunt import DQNHyperparameters, DQNTrainer
-from foxhunt.runs import build_spec
+from foxhunt.markets.regimes import regime_accuracy
+from foxhunt.runs import build_spec, build_trading
 from foxhunt.session import evaluate_run, run_training
 
 TARGET = 475.0
@@ -96,3 +97,10 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert (report / "report.html").is_file() and (report / "equity.png").is_file()
     metrics = json.loads((report / "metrics.json").read_text())
     assert metrics  # written and parseable
+    # The detector's accuracy on this span, against the synthetic market's true regimes.
+    setup = build_trading(spec)
+    test = setup.span("test")
+    expected = regime_accuracy(test.regime_probs.argmax(axis=1), test.true_regimes)
+    assert out["regime_accuracy"] == pytest.approx(expected) and expected > 0.5
+    assert metrics["regime_accuracy"] == pytest.approx(expected)
+    assert f"{expected:.3f}" in (report / "report.md").read_text()

@@ -193,6 +193,8 @@ def test_residual_gating_is_shared_head_plus_weighted_corrections(hp_factory) ->
     obs = torch.randn(5, OBS)
     obs[:, -K:] = torch.softmax(torch.randn(5, K), dim=1)
     with torch.no_grad():
+        net.adv_head.weight[ACT:].normal_()  # corrections start at zero: give them values
+        net.adv_head.bias[ACT:].normal_()
         heads = net.head_outputs(net.torso(obs)).squeeze(-1)  # [B, K + 1, A]
         expected = heads[:, 0] + (obs[:, -K:, None] * heads[:, 1:]).sum(dim=1)
         torch.testing.assert_close(net(obs), expected)
@@ -200,3 +202,34 @@ def test_residual_gating_is_shared_head_plus_weighted_corrections(hp_factory) ->
         net.adv_head.weight[ACT:].zero_()
         net.adv_head.bias[ACT:].zero_()
         torch.testing.assert_close(net(obs), net.head_outputs(net.torso(obs))[:, 0].squeeze(-1))
+
+
+@pytest.mark.parametrize(
+    ("dist", "noisy"), [("none", False), ("c51", False), ("qr", True)], ids=["q", "c51", "qr-noisy"]
+)
+def test_residual_corrections_start_at_zero_and_learn(hp_factory, dist: str, noisy: bool) -> None:
+    """A fresh residual network is the plain shared head; its corrections still get gradients."""
+    hp = hp_factory(
+        regime_conditional=True,
+        regime_gating="residual",
+        dueling=True,
+        distributional=dist,
+        noisy_nets=noisy,
+        n_atoms=5,
+        v_min=-3.0,
+        v_max=3.0,
+    )
+    torch.manual_seed(0)
+    net = QNetwork(OBS, ACT, hp, n_regimes=K).eval()
+    x = _obs(8, seed=4)
+    shared = net.head_outputs(net.torso(x))[:, 0]
+    torch.testing.assert_close(net(x), shared.squeeze(-1) if dist == "none" else shared)
+    # Whatever the regime probabilities, only the torso sees them at the start.
+    per_head = net.adv_head.weight_mu if noisy else net.adv_head.weight
+    assert per_head[: ACT * net.n_out].abs().sum() > 0
+    net.train()
+    net.q_values(net(x)).gather(1, torch.zeros(8, 1, dtype=torch.long)).sum().backward()
+    grad = (net.adv_head.weight_mu if noisy else net.adv_head.weight).grad
+    assert grad[ACT * net.n_out :].abs().sum() > 0
+    value = net.value_head.weight_mu if noisy else net.value_head.weight
+    assert value.grad[net.n_out :].abs().sum() > 0

@@ -585,12 +585,18 @@ def _jsonable(value: float) -> float | None:
 
 
 def write_report(
-    out_dir: str | Path, results: Sequence[BacktestResult], title: str
+    out_dir: str | Path,
+    results: Sequence[BacktestResult],
+    title: str,
+    *,
+    regime_accuracy: float | None = None,
 ) -> dict[str, Path]:
     """Write ``equity.png``, ``report.md``, ``report.html`` and ``metrics.json`` into ``out_dir``.
 
     ``results[0]`` is the primary strategy (the agent): its positions and regimes are plotted;
     all results' equity curves are overlaid. The HTML embeds the PNG, so it is self-contained.
+    ``regime_accuracy`` (the detector against known true regimes, synthetic data) is stated
+    next to the tables, because every per-regime figure is only as good as the labels.
     Returns the written paths keyed ``png``, ``markdown``, ``html``, ``json``.
     """
     if not results:
@@ -611,10 +617,16 @@ def write_report(
 
     header, overall, regimes = _tables(results)
     source = results[0].regime_source
+    accuracy = (
+        ""
+        if regime_accuracy is None
+        else f"Regime detector accuracy against the true regimes: {regime_accuracy:.3f}"
+    )
     md = (
         f"# {title}\n\n![equity curves]({paths['png'].name})\n\n## Overall\n\n"
         f"{_markdown_table(header, overall)}\n\n## Per regime ({source} regimes)\n\n"
-        f"{_markdown_table(header, regimes)}\n"
+        + (f"{accuracy}\n\n" if accuracy else "")
+        + f"{_markdown_table(header, regimes)}\n"
     )
     atomic_write_bytes(paths["markdown"], md.encode())
 
@@ -633,6 +645,7 @@ img {{ max-width: 100%; }}
 <h2>Overall</h2>
 {_html_table(header, overall)}
 <h2>Per regime ({html.escape(source)} regimes)</h2>
+{f"<p>{html.escape(accuracy)}</p>" if accuracy else ""}
 {_html_table(header, regimes)}
 </body></html>
 """
@@ -640,6 +653,7 @@ img {{ max-width: 100%; }}
 
     payload = {
         "title": title,
+        "regime_accuracy": regime_accuracy,
         "results": {
             res.name: {
                 "metrics": {k: _jsonable(v) for k, v in res.metrics.items()},

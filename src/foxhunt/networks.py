@@ -105,10 +105,31 @@ class QNetwork(nn.Module):
         self.n_heads = max(1, self.n_regimes) + (self.gating == "residual" and self.n_regimes > 0)
         self.adv_head = head(self.n_heads * n_actions * self.n_out)
         self.value_head = head(self.n_heads * self.n_out) if self.dueling else None
+        if self.gating == "residual" and self.n_regimes > 0:
+            self._zero_regime_corrections()
         if hp.distributional == "c51":
             self.register_buffer("support", torch.linspace(hp.v_min, hp.v_max, hp.n_atoms))
         else:
             self.support = None
+
+    @torch.no_grad()
+    def _zero_regime_corrections(self) -> None:
+        """Start every per-regime correction at zero, so the network begins as the plain one.
+
+        With random corrections each regime starts with its own random action preferences, which
+        the weak per-bar signal of a market then has to unlearn; on the synthetic market two agent
+        seeds of ten never did (BENCHMARKS.md, section 6). Zero output weights still receive
+        gradients (through the regime probabilities), so the corrections grow only where the data
+        asks for them. Noisy layers keep their noise scale: exploration stays per regime.
+        """
+        shared = ((self.adv_head, self.n_actions * self.n_out), (self.value_head, self.n_out))
+        for layer, rows in shared:
+            if layer is None:
+                continue
+            weight = layer.weight_mu if isinstance(layer, NoisyLinear) else layer.weight
+            bias = layer.bias_mu if isinstance(layer, NoisyLinear) else layer.bias
+            weight[rows:].zero_()
+            bias[rows:].zero_()
 
     def head_outputs(self, h: torch.Tensor) -> torch.Tensor:
         """Every head's output ``[B, K, A, N]`` from torso features (dueling combined per head)."""

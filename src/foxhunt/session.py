@@ -208,19 +208,25 @@ def backtest_run(
     config = setup.config
     agent_res = bt.run_policy(span, act, config, "agent")
     results = [agent_res, bt.buy_and_hold(span, config), bt.flat(span, config)]
-    capture = None
+    capture = accuracy = None
     if span.true_regimes is not None:
+        from foxhunt.markets.regimes import regime_accuracy
+
         oracle = bt.regime_oracle(span, config, setup.span("train"))
         results.append(oracle)
         capture = bt.oracle_capture(agent_res, oracle)
+        accuracy = regime_accuracy(span.regime_probs.argmax(axis=1), span.true_regimes)
     out_dir = run_dir / "backtest"
-    files = bt.write_report(out_dir, results, title=f"foxhunt backtest: {split} span")
+    files = bt.write_report(
+        out_dir, results, title=f"foxhunt backtest: {split} span", regime_accuracy=accuracy
+    )
     summary = {
         "split": split,
         "data": data or spec.market.data or "synthetic",
         "bars": len(span),
         "metrics": {r.name: r.metrics for r in results},
         "oracle_capture": capture,
+        "regime_accuracy": accuracy,
         "report": str(files.get("html", out_dir)),
     }
     return summary

@@ -7,9 +7,9 @@ Appending future bars leaves earlier rows unchanged (the tests check this to 1e-
 * :class:`VolatilityTrendDetector` — a transparent rule on rolling volatility and trend with
   thresholds set by training-span quantiles; one-hot probabilities.
 * :class:`GaussianHMMDetector` — a Gaussian hidden Markov model (diagonal covariance) on per-bar
-  return and short-window volatility, fitted by Baum-Welch EM with seeded restarts, then run as a
-  forward *filter* ``p(s_t | x_1..x_t)``. Smoothed probabilities ``p(s_t | x_1..x_T)`` would look
-  better and leak the future, so they are never produced.
+  return and short-window log true range, fitted by Baum-Welch EM with seeded restarts, then run
+  as a forward *filter* ``p(s_t | x_1..x_t)``. Smoothed probabilities ``p(s_t | x_1..x_T)``
+  would look better and leak the future, so they are never produced.
 
 Common interface: ``fit(train_df) -> self``, ``predict_proba(df) -> [T, K]``, ``predict(df) ->
 [T]``, ``n_regimes``, ``regime_names``.
@@ -18,14 +18,16 @@ Common interface: ``fit(train_df) -> self``, ``predict_proba(df) -> [T, K]``, ``
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
 
 from foxhunt.errors import ConfigError, DataError
-from foxhunt.markets.features import log_returns, rolling_mean, rolling_std
+from foxhunt.markets.features import log_returns, rolling_std
 
 __all__ = [
     "GaussianHMMDetector",
@@ -170,25 +172,37 @@ class VolatilityTrendDetector:
 
 
 def hmm_features(df: pd.DataFrame, vol_window: int = 20) -> np.ndarray:
-    """Per-bar HMM observations [T, 2]: log return and log short-window volatility.
+    """Per-bar HMM observations [T, 2]: log return and the mean log true range of the last bars.
 
-    The volatility averages squared close-to-close returns with the Parkinson high-low variance
-    ``log(high/low)^2 / (4 log 2)`` over the last ``vol_window`` bars: the range is a far less
-    noisy per-bar volatility estimate, the returns keep it honest when high/low are missing or
-    equal to close. Rows before the window is full are NaN.
+    The volatility column averages ``log(true range)`` over the last ``vol_window`` bars, where the
+    true range ``max(high, prev close) / min(low, prev close)`` (Wilder) is a far less noisy
+    per-bar volatility measure than a squared return and includes overnight gaps. Averaging the
+    *logs* (a geometric mean) keeps one wild bar from owning the window; on the synthetic market
+    this lifted test-span regime accuracy from 0.71 to 0.82 (mean of 10 market seeds) against the
+    log of the mean squared range + return it replaces (BENCHMARKS.md, section 6). Bars without
+    any price move (zero true range: halted or illiquid) carry no volatility evidence and are
+    skipped in the average; without high/low columns the true range is ``|log return|``. Rows
+    before the first full window are NaN, and so is a window without a single moving bar.
     """
     close = _close(df)
     ret = log_returns(close, 1)
     if {"high", "low"} <= set(df.columns):
-        hl = np.log(df["high"].to_numpy(dtype=np.float64) / df["low"].to_numpy(dtype=np.float64))
-        parkinson = hl**2 / (4.0 * math.log(2.0))
-        var = 0.5 * ret**2 + 0.5 * parkinson
+        prev = np.concatenate([[np.nan], close[:-1]])
+        high = np.fmax(df["high"].to_numpy(dtype=np.float64), prev)
+        low = np.fmin(df["low"].to_numpy(dtype=np.float64), prev)
+        true_range = np.log(high / low)
+        true_range[0] = np.nan  # no previous close: the warm-up starts one bar late, as for ret
     else:
-        var = ret**2
-    smooth = rolling_mean(var, vol_window)
-    with np.errstate(divide="ignore"):
-        log_vol = 0.5 * np.log(smooth + 1e-12)
-    return np.column_stack([ret, log_vol])
+        true_range = np.abs(ret)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_range = np.where(true_range > 0, np.log(true_range), np.nan)
+    out = np.full(close.shape, np.nan)
+    if close.size > vol_window:
+        windows = sliding_window_view(log_range, vol_window)[1:]  # windows ending at t >= window
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN window: stays NaN
+            out[vol_window:] = np.nanmean(windows, axis=1)
+    return np.column_stack([ret, out])
 
 
 def forward_filter(
@@ -363,7 +377,8 @@ class GaussianHMMDetector:
         self.transition_ = trans[best][np.ix_(order, order)]
         self.start_ = _stationary(self.transition_)
         self.state_return_ = ret_mean[order]
-        self.state_volatility_ = np.exp(vol_level[order])
+        # Per-state return standard deviation: a per-bar volatility in the data's own units.
+        self.state_volatility_ = np.sqrt(variances[best][order, 0]) * self.feature_std_[0]
         self.log_likelihood_history_ = [float(h[best]) for h in history]
         self.n_iter_ = n_iter
         self.converged_ = converged
