@@ -60,6 +60,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "regime_hard": {"regime_conditional": True, "regime_gating": "hard"},
     "regime_soft": {"regime_conditional": True, "regime_gating": "soft"},
     "regime_residual": {"regime_conditional": True, "regime_gating": "residual"},
+    "regime_gates_only": {
+        "regime_conditional": True,
+        "regime_gating": "residual",
+        "regime_in_torso": False,
+    },
     "lr_warmup_cosine": {"lr_schedule": "cosine", "lr_warmup_steps": 2, "lr_decay_steps": 3},
     "polyak": {"tau": 0.3, "target_update_interval": 1},
     "rainbow_regime": {

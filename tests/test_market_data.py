@@ -144,6 +144,58 @@ def test_thousands_separators_and_volume_suffixes(tmp_path):
     assert df["volume"].tolist() == [3.1e6, 12.5e3]
 
 
+@pytest.mark.parametrize(
+    ("header", "close"),
+    [
+        ('"Datum","Zuletzt","Eröffn.","Hoch","Tief","Vol.","+/- %"', "Zuletzt"),  # de
+        ('"Fecha","Último","Apertura","Máximo","Mínimo","Vol.","% var."', "Último"),  # es
+        ('"Date","Dernier","Ouv.","Plus Haut","Plus Bas","Vol.","Variation %"', "Dernier"),  # fr
+        ('"Data","Ultimo","Apertura","Massimo","Minimo","Vol.","Var. %"', "Ultimo"),  # it
+    ],
+    ids=["de", "es", "fr", "it"],
+)
+def test_localised_exports_with_quoted_decimal_commas(tmp_path, header, close):
+    """investing.com in other languages: localised names, comma-delimited with quoted
+    decimal-comma numbers, dotted day-first dates, newest first."""
+    text = (
+        f"{header}\n"
+        '"03.01.2024","16.538,39","16.742,59","16.752,33","16.520,16","82,46M","-1,41%"\n'
+        '"02.01.2024","16.769,36","16.759,22","16.963,83","16.715,10","67,01M","0,11%"\n'
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2024-01-02"), pd.Timestamp("2024-01-03")]
+    assert df["close"].tolist() == [16769.36, 16538.39], close
+    assert df["high"].tolist() == [16963.83, 16752.33]
+    assert df["volume"].tolist() == pytest.approx([67.01e6, 82.46e6])
+
+
+def test_localised_semicolon_names_and_quoted_numbers_in_english_files(tmp_path):
+    boursorama = (
+        "date;ouv;haut;bas;clot;vol\n"
+        "02/01/2024;10,5;11,25;10;11;1200\n"
+        "03/01/2024;11;12;10,75;11,5;900\n"
+    )
+    df = load_ohlcv(write(tmp_path, boursorama))
+    assert df["close"].tolist() == [11.0, 11.5] and df["low"].tolist() == [10.0, 10.75]
+    # A quoted English file keeps the decimal point; the evidence never flips it.
+    english = (
+        "Date,Open,High,Low,Close,Volume\n"
+        '2024-01-02,"1,005.5","1,012.0","1,001.0","1,011.5","12,000"\n'
+        '2024-01-03,"1,011.5","1,020.0","1,010.0","1,019.0","9,500"\n'
+    )
+    df = load_ohlcv(write(tmp_path, english))
+    assert df["close"].tolist() == [1011.5, 1019.0]
+    assert df["volume"].tolist() == [12000.0, 9500.0]
+    mixed = (
+        "Date,Open,High,Low,Close\n"
+        '2024-01-02,"1.005,5","1,012.0","1.001,0","1.011,5"\n'
+        '2024-01-03,"1.011,5","1,020.0","1.010,0","1.019,0"\n'
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, mixed))
+    assert_one_line(err, "bars.csv", "both decimal marks")
+
+
 def test_metatrader_headers_and_fallback_columns(tmp_path):
     text = (
         "<DATE>,<TIME>,<OPEN>,<HIGH>,<LOW>,<CLOSE>,<TICKVOL>,<VOL>,<SPREAD>\n"

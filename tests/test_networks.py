@@ -233,3 +233,32 @@ def test_residual_corrections_start_at_zero_and_learn(hp_factory, dist: str, noi
     assert grad[ACT * net.n_out :].abs().sum() > 0
     value = net.value_head.weight_mu if noisy else net.value_head.weight
     assert value.grad[net.n_out :].abs().sum() > 0
+
+
+@pytest.mark.parametrize("gating", ["hard", "residual"])
+def test_regime_outside_the_torso_acts_through_the_gates_only(hp_factory, gating: str) -> None:
+    hp = hp_factory(
+        regime_conditional=True, regime_gating=gating, regime_in_torso=False, dueling=True
+    )
+    torch.manual_seed(0)
+    net = QNetwork(OBS, ACT, hp, n_regimes=K)
+    assert net.torso[0].in_features == OBS - K
+    with torch.no_grad():
+        net.adv_head.weight.normal_()  # non-zero corrections
+        x = _obs(6, seed=5)
+        p1 = torch.softmax(torch.randn(6, K), dim=1)
+        p2 = torch.softmax(torch.randn(6, K), dim=1)
+
+        def q(probs: torch.Tensor) -> torch.Tensor:
+            return net(torch.cat([x[:, :-K], probs], dim=1))
+
+        heads = net.head_outputs(net.torso(x[:, :-K])).squeeze(-1)  # [B, heads, A]
+        if gating == "residual":
+            # Q is affine in the probabilities: the mixture of two is the mixture of their Qs.
+            torch.testing.assert_close(q(0.3 * p1 + 0.7 * p2), 0.3 * q(p1) + 0.7 * q(p2))
+            expected = heads[:, 0] + (p1[:, :, None] * heads[:, 1:]).sum(dim=1)
+        else:
+            expected = heads[torch.arange(6), p1.argmax(dim=1)]
+        torch.testing.assert_close(q(p1), expected)
+    with pytest.raises(ValueError, match="regime_in_torso=False"):
+        QNetwork(K, ACT, hp, n_regimes=K)

@@ -175,6 +175,9 @@ class DQNHyperparameters(BaseModel):
     regime_gating: Literal["hard", "soft", "residual"] = "hard"
     """hard: the argmax regime's head; soft: heads mixed by regime probabilities; residual: a
     shared head plus probability-weighted per-regime corrections."""
+    regime_in_torso: bool = True
+    """Whether the shared torso also reads the regime probabilities. False: the regime acts only
+    through the heads' gating, so Q is linear in the probabilities for fixed other inputs."""
 
     # --- prioritized replay and n-step
     prioritized_replay: bool = False

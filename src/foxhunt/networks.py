@@ -67,9 +67,11 @@ class QNetwork(nn.Module):
 
     With ``n_regimes > 0`` the last ``n_regimes`` observation entries are regime probabilities
     (causal estimates from the environment); each regime gets its own head over a shared torso and
-    the output is the selected head (hard gating: argmax regime) or the probability-weighted mix
-    (soft gating). Reading the regime from the observation keeps the replay, the batch and every
-    Rainbow component unaware of regimes, so they all compose with it unchanged.
+    the output is the selected head (hard gating: argmax regime), the probability-weighted mix
+    (soft gating) or a shared head plus probability-weighted corrections (residual). With
+    ``regime_in_torso=False`` the torso reads only the other entries, so the regime acts through
+    the gating alone. Reading the regime from the observation keeps the replay, the batch and
+    every Rainbow component unaware of regimes, so they all compose with it unchanged.
     """
 
     def __init__(
@@ -87,6 +89,16 @@ class QNetwork(nn.Module):
         if self.n_regimes > obs_dim:
             raise ValueError(f"n_regimes={n_regimes} exceeds the observation size {obs_dim}")
 
+        # Without regime_in_torso the torso reads everything but the regime probabilities.
+        self.torso_inputs: int | None = None  # None: the whole observation
+        if self.n_regimes and not hp.regime_in_torso:
+            if obs_dim - self.n_regimes < 1:
+                raise ValueError(
+                    f"regime_in_torso=False needs observation entries besides the {n_regimes} "
+                    f"regime probabilities; the observation has {obs_dim}"
+                )
+            obs_dim -= self.n_regimes
+            self.torso_inputs = obs_dim
         act = _ACTIVATIONS[hp.activation]
         layers: list[nn.Module] = []
         width = obs_dim
@@ -143,7 +155,8 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Raw head output: ``[B, A]`` (scalar) or ``[B, A, N]`` (C51 logits / quantiles)."""
         obs = obs.flatten(1).float() if obs.dim() > 2 else obs.float()
-        out = self.head_outputs(self.torso(obs))
+        torso_in = obs if self.torso_inputs is None else obs[:, : self.torso_inputs]
+        out = self.head_outputs(self.torso(torso_in))
         if self.n_regimes == 0:
             out = out[:, 0]
         else:

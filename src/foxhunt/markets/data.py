@@ -55,12 +55,45 @@ _ALIASES: dict[str, str] = {
     "v": "volume",
     "regime": "regime",
 }
+# The same names in the languages of common localised exports (investing.com, onvista, boursorama,
+# broker statements): German, French, Spanish, Italian, Portuguese, Dutch, Polish.
+_LOCALISED: dict[str, tuple[str, ...]] = {
+    "open": ("eröffnung", "eroeffnung", "eröffn", "erster", "ouverture", "ouv", "apertura",
+             "abertura", "opening", "otwarcie"),
+    "high": ("hoch", "höchst", "hoechst", "tageshoch", "plus haut", "haut", "máximo", "maximo",
+             "máx", "máxima", "maxima", "massimo", "max", "hoogste", "najwyższy", "najwyzszy"),
+    "low": ("tief", "tiefst", "tagestief", "plus bas", "bas", "mínimo", "minimo", "mín",
+            "mínima", "minima", "min", "laagste", "najniższy", "najnizszy"),
+    "close": ("schluss", "schlusskurs", "clôture", "cloture", "cierre", "chiusura", "fechamento",
+              "fecho", "clot", "slot", "zamknięcie", "zamkniecie"),
+    "volume": ("volumen", "stück", "stücke", "volumes", "wolumen"),
+}  # fmt: skip
+_ALIASES.update({name: canon for canon, names in _LOCALISED.items() for name in names})
 # Fallbacks, used only when the primary column is absent: adjusted close (mixing it with
 # unadjusted open/high/low is usually wrong), "price"/"last" (investing.com, exchange exports) and
 # tick volume (MetaTrader exports carry both <TICKVOL> and <VOL>).
 _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
     "adj close": ("close", frozenset({"adj close", "adjclose", "adjusted close"})),
-    "last": ("close", frozenset({"last", "last price", "price"})),
+    "last": (
+        "close",
+        frozenset(
+            {
+                "last",
+                "last price",
+                "price",
+                "zuletzt",
+                "letzter",
+                "dernier",
+                "último",
+                "ultimo",
+                "laatste",
+                "preço",
+                "precio",
+                "prezzo",
+                "kurs",
+            }
+        ),
+    ),
     "tick volume": ("volume", frozenset({"tickvol", "tick volume", "tickvolume", "ticks"})),
 }
 # Timestamp column names, in order of preference.
@@ -69,6 +102,9 @@ _TIMESTAMP_ALIASES = (
     "datetime",
     "date time",
     "date",
+    "datum",
+    "fecha",
+    "data",
     "time",
     "gmt time",
     "utc time",
@@ -87,7 +123,16 @@ _TIMESTAMP_ALIASES = (
     "",
 )
 # Columns holding only the date; a "time" column next to one of them holds the time of day.
-_DATE_ONLY_ALIASES = ("date", "dtyyyymmdd", "trade date", "trading date", "day")
+_DATE_ONLY_ALIASES = (
+    "date",
+    "datum",
+    "fecha",
+    "data",
+    "dtyyyymmdd",
+    "trade date",
+    "trading date",
+    "day",
+)
 _MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
 # Relative slack for the high/low consistency checks: values written to CSV with limited
 # precision may disagree in the last digits; anything larger is a real data error.
@@ -330,9 +375,9 @@ _DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d"
 
 
 def _decimal_comma(values: pd.DataFrame, label: str) -> bool:
-    """Whether a (non-comma-delimited) file writes decimals with a comma, from the evidence
-    in its numbers; a file showing both conventions is refused, one showing neither (only
-    three-digit groups, e.g. 16.750) is read with a decimal point."""
+    """Whether a file writes decimals with a comma, from the evidence in its numbers; a file
+    showing both conventions is refused, one showing neither (only three-digit groups, e.g.
+    16.750) is read with a decimal point."""
     text = values.astype(str).stack().str.strip()
     comma = text.str.contains(_COMMA_DECIMAL, regex=True)
     dot = text.str.contains(_DOT_DECIMAL, regex=True)
@@ -399,9 +444,11 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     or a DatetimeIndex; ISO strings with a timezone are converted to UTC, other strings use pandas
     inference (month-first, falling back to day-first when month-first fails), integers are
     YYYYMMDD dates or unix epochs whose unit (s/ms/us/ns) is read from their magnitude. Numbers
-    may carry thousands separators or K/M/B suffixes; in files not delimited by commas the decimal
-    mark is read from the numbers themselves. A file whose rows are all newest-first is reversed
-    (with a logged warning); a missing volume column becomes zeros.
+    may carry thousands separators or K/M/B suffixes; the decimal mark is read from the numbers
+    themselves (in comma-delimited files, from the quoted ones). Localised export headers
+    (``Datum``, ``Zuletzt``, ``Eröffn.``, ``Clôture``, ``Máximo``, ...) are recognised. A file
+    whose rows are all newest-first is reversed (with a logged warning); a missing volume column
+    becomes zeros.
 
     Raises :class:`DataError` (one line: file, column, row, value) for anything it cannot trust:
     missing columns, unparseable or missing timestamps, NaN/inf, non-positive prices, high below
@@ -417,10 +464,12 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     if n < min_rows:
         raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
     timestamps = _parse_timestamps(ts_raw, label, ts_column)
-    decimal_comma = False
-    if frame.attrs.get("delimiter", ",") != ",":
-        cols = [found[c] for c in OHLCV_COLUMNS if c in found]
-        decimal_comma = _decimal_comma(frame[cols], label)
+    cols = [found[c] for c in OHLCV_COLUMNS if c in found]
+    if frame.attrs.get("delimiter", ",") == ",":
+        # A comma-delimited file can only carry decimal commas inside quotes ("16.769,36", as
+        # localised investing.com exports do): read the mark from the columns held as text.
+        cols = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c].dtype)]
+    decimal_comma = _decimal_comma(frame[cols], label) if cols else False
     back = np.diff(timestamps.asi8)
     reversed_rows = n > 1 and bool(np.all(back <= 0)) and bool(np.any(back < 0))
     if reversed_rows:
