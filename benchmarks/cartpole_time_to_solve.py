@@ -187,6 +187,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = C.parser(__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=None, help="seeds per side (default 5; smoke 1)")
     p.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run first-seed .. first-seed + seeds - 1"
+    )
+    p.add_argument(
         "--foxhunt-set",
         action="append",
         default=[],
@@ -219,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     budget["foxhunt_overrides"].update(dict(parse_override(item) for item in args.foxhunt_set))
     runs: list[dict[str, Any]] = []
-    for seed in range(n_seeds):
+    for seed in range(args.first_seed, args.first_seed + n_seeds):
         order = [run_foxhunt, run_sb3] if seed % 2 == 0 else [run_sb3, run_foxhunt]
         for fn in order:
             r = fn(seed, budget)

@@ -232,14 +232,22 @@ def test_headerless_file_is_named_as_such(tmp_path):
     assert_one_line(err, "bars.csv", "looks like data, not a header")
 
 
-def test_separate_date_and_time_columns(tmp_path):
-    text = (
+@pytest.mark.parametrize(
+    "text",
+    [
         "Date,Time,Open,High,Low,Close\n"
         "2020-01-02,10:00,10,11,9,10.5\n"
-        "2020-01-02,11:00,10,11,9,10\n"
-    )
+        "2020-01-02,10:01,10,11,9,10\n",
+        # MetaStock / Stooq: dates as YYYYMMDD integers, times as zero-padded HHMMSS.
+        "<TICKER>,<PER>,<DTYYYYMMDD>,<TIME>,<OPEN>,<HIGH>,<LOW>,<CLOSE>,<VOL>\n"
+        "SPY,1,20200102,100000,10,11,9,10.5,100\n"
+        "SPY,1,20200102,100100,10.5,11.5,10,11,200\n",
+    ],
+    ids=["iso", "metastock"],
+)
+def test_separate_date_and_time_columns_are_joined(tmp_path, text):
     df = load_ohlcv(write(tmp_path, text))
-    assert list(df.index) == [pd.Timestamp("2020-01-02 10:00"), pd.Timestamp("2020-01-02 11:00")]
+    assert list(df.index) == [pd.Timestamp("2020-01-02 10:00"), pd.Timestamp("2020-01-02 10:01")]
 
 
 def test_unnamed_index_column(tmp_path):
@@ -486,16 +494,6 @@ def test_decimal_mark_is_decided_from_the_whole_file(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, mixed))
     assert_one_line(err, "bars.csv", "both decimal marks", "'109,2'", "'109.5'")
-
-
-def test_metastock_date_and_time_columns_are_joined(tmp_path):
-    text = (
-        "<TICKER>,<PER>,<DTYYYYMMDD>,<TIME>,<OPEN>,<HIGH>,<LOW>,<CLOSE>,<VOL>\n"
-        "SPY,1,20240304,093000,10,11,9,10.5,100\n"
-        "SPY,1,20240304,093100,10.5,11.5,10,11,200\n"
-    )
-    df = load_ohlcv(write(tmp_path, text))
-    assert list(df.index) == [pd.Timestamp("2024-03-04 09:30"), pd.Timestamp("2024-03-04 09:31")]
 
 
 def test_newest_first_file_with_a_repeated_timestamp_names_the_duplicate(tmp_path):
