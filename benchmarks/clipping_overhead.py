@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     config = {
         "network": "MLP 4-256-256-2 (ReLU), foxhunt DQNAgent.compute_loss (double_q=False)",
-        "optimizer": "adam (fused; the clip folds into its grad_scale)",
+        "optimizer": "adam (fused kernel)",
         "max_grad_norm": MAX_NORM,
         "torch_threads": 1,
         "batches": "16 fixed random batches, cycled (no replay sampling in the timing)",

@@ -14,6 +14,7 @@ Run: ``python benchmarks/learner_throughput.py [--smoke] [--out FILE.json] [--pr
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from typing import Any
 
@@ -42,7 +43,11 @@ def random_transitions(n: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def make_foxhunt(
-    batch: int, data: dict[str, np.ndarray], double_q: bool, compile: bool = False
+    batch: int,
+    data: dict[str, np.ndarray],
+    double_q: bool,
+    compile: bool = False,
+    mixed_precision: str = "off",
 ) -> Any:
     from foxhunt.config import DQNHyperparameters
     from foxhunt.trainer import DQNTrainer
@@ -61,6 +66,7 @@ def make_foxhunt(
         hidden_sizes=HIDDEN,
         double_q=double_q,
         compile=compile,
+        mixed_precision=mixed_precision,
         target_update_interval=10**9,
         device="cpu",
         torch_threads=1,
@@ -145,6 +151,34 @@ class MinimalLoop:
         self.opt.zero_grad(set_to_none=True)
 
 
+class GemmFloor:
+    """Only the update's matrix products, on preallocated outputs: the time no fp32 implementation
+    of this update can go below on this BLAS (forward of the online and target nets with their
+    bias adds, then the backward's input and weight gradients), so ``SB3 / gemm floor`` bounds
+    the speed-up over SB3 any library could show at this batch size."""
+
+    def __init__(self, batch: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        widths = [OBS_DIM, *HIDDEN, N_ACTIONS]
+        self.w = [torch.randn(o, i, generator=g) for i, o in itertools.pairwise(widths)]
+        self.b = [torch.randn(o, generator=g) for o in widths[1:]]
+        self.x = torch.randn(batch, OBS_DIM, generator=g)
+        self.acts = [torch.empty(batch, o) for o in widths[1:]]  # layer outputs (and their grads)
+        self.grads = [torch.empty_like(w) for w in self.w]
+
+    def update(self) -> None:
+        for _ in range(2):  # online and target forward
+            h = self.x
+            for w, b, out in zip(self.w, self.b, self.acts, strict=True):
+                h = torch.addmm(b, h, w.t(), out=out)
+        n = len(self.w)
+        for i in reversed(range(n)):  # dW_i = dY_i^T X_i; dX_i = dY_i W_i (not for the input)
+            inp = self.x if i == 0 else self.acts[i - 1]
+            torch.mm(self.acts[i].t(), inp, out=self.grads[i])
+            if i > 0:
+                torch.mm(self.acts[i], self.w[i], out=self.acts[i - 1])
+
+
 def rate(fn: Any, n_updates: int) -> float:
     t0 = time.perf_counter()
     fn(n_updates)
@@ -156,8 +190,10 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
     fox = make_foxhunt(batch, data, double_q=False)
     fox2 = make_foxhunt(batch, data, double_q=True)
     fox_compiled = make_foxhunt(batch, data, double_q=False, compile=True)
+    fox_bf16 = make_foxhunt(batch, data, double_q=False, mixed_precision="bf16")
     sb3 = make_sb3(batch, data)
     minimal = MinimalLoop(batch, data)
+    floor = GemmFloor(batch)
     torch.set_num_threads(1)  # after construction: nothing may have changed it back
 
     def fox_n(trainer: Any) -> Any:
@@ -171,12 +207,18 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
         for _ in range(n):
             minimal.update()
 
+    def floor_n(n: int) -> None:
+        for _ in range(n):
+            floor.update()
+
     runners = {
         "foxhunt": fox_n(fox),
         "foxhunt_double_q": fox_n(fox2),
         "foxhunt_compiled": fox_n(fox_compiled),
+        "foxhunt_bf16": fox_n(fox_bf16),
         "sb3": lambda n: sb3.train(gradient_steps=n, batch_size=batch),
         "torch_minimal": minimal_n,
+        "gemm_floor": floor_n,
     }
     for run in runners.values():  # warm-up: allocator, optimizer state, lazy init, compilation
         run(max(2, n_updates // 10))
@@ -196,6 +238,8 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
             C.per_rep_ratios(per_rep["foxhunt_compiled"], per_rep["sb3"])
         ),
         "ratio_foxhunt_double_q_vs_sb3": med["foxhunt_double_q"] / med["sb3"],
+        "ratio_foxhunt_bf16_vs_sb3": med["foxhunt_bf16"] / med["sb3"],
+        "ratio_gemm_floor_vs_sb3": med["gemm_floor"] / med["sb3"],
         "ratio_foxhunt_vs_torch_minimal": med["foxhunt"] / med["torch_minimal"],
     }
 
@@ -241,6 +285,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "ratio_foxhunt_compiled_vs_sb3_paired_median"
         ]
         ratios[f"foxhunt_vs_torch_minimal_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_torch_minimal"]
+        ratios[f"foxhunt_bf16_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_bf16_vs_sb3"]
+        ratios[f"gemm_floor_vs_sb3_updates_per_s_b{b}"] = r["ratio_gemm_floor_vs_sb3"]
     rows = []
     for r in results:
         m = r["updates_per_s_median"]
@@ -258,6 +304,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 r["ratio_foxhunt_compiled_vs_sb3"],
                 r["ratio_foxhunt_compiled_vs_sb3_paired_median"],
                 r["ratio_foxhunt_vs_torch_minimal"],
+                r["ratio_foxhunt_bf16_vs_sb3"],
+                r["ratio_gemm_floor_vs_sb3"],
             ]
         )
     table = C.md_table(
@@ -274,6 +322,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "foxhunt compile / SB3",
             "(paired reps)",
             "foxhunt / torch minimal",
+            "foxhunt bf16 / SB3",
+            "gemm floor / SB3",
         ],
         rows,
     )
@@ -293,7 +343,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "DQNTrainer.train_step with double_q=False (SB3's maths); foxhunt_double_q = the default "
         "double DQN; foxhunt_compiled = foxhunt with compile: true (forward, target and loss in "
         "one torch.compile graph, its backward compiled too); sb3 = DQN.train(gradient_steps=N); "
-        "torch_minimal = bare torch loop (floor)."
+        "torch_minimal = bare torch loop (floor of eager torch); foxhunt_bf16 = foxhunt with "
+        "mixed_precision bf16 (autocast: not the same arithmetic as SB3's fp32, reported beside "
+        "it); gemm_floor = only the update's fp32 matrix products, the bound on any fp32 "
+        "implementation."
     )
     return C.finish("learner_throughput", args, config, results, ratios, notes, table)
 

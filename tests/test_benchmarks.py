@@ -60,8 +60,10 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
             "foxhunt",
             "foxhunt_double_q",
             "foxhunt_compiled",
+            "foxhunt_bf16",
             "sb3",
             "torch_minimal",
+            "gemm_floor",
         }
         _positive(med)
         for name, reps in r["updates_per_s_reps"].items():
@@ -74,6 +76,8 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
         assert r["ratio_foxhunt_compiled_vs_sb3"] == pytest.approx(
             med["foxhunt_compiled"] / med["sb3"]
         )
+        assert r["ratio_gemm_floor_vs_sb3"] == pytest.approx(med["gemm_floor"] / med["sb3"])
+        assert r["ratio_foxhunt_bf16_vs_sb3"] == pytest.approx(med["foxhunt_bf16"] / med["sb3"])
 
 
 def test_cartpole_time_to_solve_smoke(tmp_path: Path) -> None:

@@ -94,8 +94,8 @@ def test_clipping_fires_norms_and_applied_update(hp_factory, agent_factory, batc
 def test_clipped_step_matches_clip_grad_norm_then_step(
     name: str, hp_factory, agent_factory, batch_factory
 ) -> None:
-    """Every optimizer (fused kernels fold the clip into their read of the gradient; the others
-    scale the gradients first) lands where clip_grad_norm_ + a for-loop optimizer lands."""
+    """Every optimizer (fused kernels, the direct fused Adam step, foreach) lands where
+    clip_grad_norm_ + a for-loop optimizer lands."""
     max_norm = 0.05
     hp = hp_factory(optimizer=name, learning_rate=1e-2, momentum=0.9, max_grad_norm=max_norm)
     agent = agent_factory(hp)
@@ -117,6 +117,64 @@ def test_clipped_step_matches_clip_grad_norm_then_step(
         stats = agent.optimizer_step()
         assert stats.clipped and stats.pre_clip_norm == pytest.approx(float(ref_norm), rel=1e-5)
         torch.testing.assert_close(_flat(agent.params), _flat(ref_params), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_direct_fused_adam_step_is_bitwise_optimizer_step(
+    name: str, hp_factory, agent_factory, batch_factory, monkeypatch
+) -> None:
+    """The direct kernel call lands bit for bit where Optimizer.step lands, under a warmup+cosine
+    schedule, weight decay and clipping, and keeps doing so after a state dict is loaded."""
+    hp = hp_factory(
+        optimizer=name,
+        learning_rate=1e-2,
+        weight_decay=0.01,
+        max_grad_norm=0.5,
+        lr_schedule="cosine",
+        lr_warmup_steps=2,
+        lr_decay_steps=5,
+        lr_final_ratio=0.1,
+    )
+    fast, slow = agent_factory(hp), agent_factory(hp)
+    slow._fast_adam = False
+    calls: dict[int, int] = {}
+
+    def count_steps(agent: DQNAgent) -> None:
+        calls[id(agent)] = 0
+        step = agent.optimizer.step
+
+        def counting_step(*args: Any, **kwargs: Any) -> Any:
+            calls[id(agent)] += 1
+            return step(*args, **kwargs)
+
+        monkeypatch.setattr(agent.optimizer, "step", counting_step)
+
+    count_steps(fast)
+    count_steps(slow)
+
+    def run(agent: DQNAgent, seeds: range) -> None:
+        for seed in seeds:
+            agent.backward_only(batch_factory(32, seed=seed, reward_scale=5.0))
+            agent.optimizer_step()
+
+    run(fast, range(4))
+    run(slow, range(4))
+    assert calls == {id(fast): 1, id(slow): 4}  # only the fast agent's first step went via step()
+    assert torch.equal(_flat(fast.params), _flat(slow.params))
+    # A resumed agent: its optimizer state tensors are new objects, read fresh by the fast path.
+    resumed = agent_factory(hp)
+    resumed.online_net.load_state_dict(fast.online_net.state_dict())
+    resumed.optimizer.load_state_dict(fast.optimizer.state_dict())
+    resumed.scheduler.load_state_dict(fast.scheduler.state_dict())
+    count_steps(resumed)
+    run(resumed, range(4, 8))
+    run(slow, range(4, 8))
+    assert calls[id(resumed)] == 0
+    assert torch.equal(_flat(resumed.params), _flat(slow.params))
+    for p_r, p_s in zip(resumed.params, slow.params, strict=True):
+        st_r, st_s = resumed.optimizer.state[p_r], slow.optimizer.state[p_s]
+        assert all(torch.equal(st_r[k], st_s[k]) for k in ("exp_avg", "exp_avg_sq", "step"))
 
 
 @pytest.mark.parametrize("max_norm", [1e6, None])
@@ -462,7 +520,6 @@ def test_compile_failure_falls_back_to_eager_with_a_warning(
         torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
 
 
-@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
 def test_clipped_gradients_are_bitwise_clip_grad_norm_(
     hp_factory, agent_factory, batch_factory
 ) -> None:
@@ -470,13 +527,14 @@ def test_clipped_gradients_are_bitwise_clip_grad_norm_(
     very gradients torch.nn.utils.clip_grad_norm_ would have produced, bit for bit."""
     agent = agent_factory(hp_factory(max_grad_norm=0.0123, hidden_sizes=(64, 64)))
     seen: list[list[torch.Tensor]] = []
-    step = agent.optimizer.step
+    schedule = agent.scheduler.step
 
     def capture(*args, **kwargs):  # type: ignore[no-untyped-def]
+        # Right after the optimizer consumed them (by step() or the direct fused kernel).
         seen.append([p.grad.clone() for p in agent.params])
-        return step(*args, **kwargs)
+        return schedule(*args, **kwargs)
 
-    agent.optimizer.step = capture  # type: ignore[method-assign]
+    agent.scheduler.step = capture  # type: ignore[method-assign]
     for k in range(8):
         agent.backward_only(batch_factory(64, seed=k, reward_scale=3.0 + k))
         ref = [torch.nn.Parameter(p.detach().clone()) for p in agent.params]
