@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from foxhunt.batch import Batch, split_sizes
 from foxhunt.errors import ConfigError
@@ -175,6 +176,22 @@ def test_direct_fused_adam_step_is_bitwise_optimizer_step(
     for p_r, p_s in zip(resumed.params, slow.params, strict=True):
         st_r, st_s = resumed.optimizer.state[p_r], slow.optimizer.state[p_s]
         assert all(torch.equal(st_r[k], st_s[k]) for k in ("exp_avg", "exp_avg_sq", "step"))
+
+
+def test_optimizer_hooks_still_run_every_step(hp_factory, agent_factory, batch_factory) -> None:
+    """A user's step hooks (per optimizer or global) run on every step: with hooks registered the
+    step goes through Optimizer.step, not the direct kernel call."""
+    agent = agent_factory(hp_factory(optimizer="adam"))
+    seen: list[str] = []
+    agent.optimizer.register_step_post_hook(lambda *_: seen.append("own"))
+    handle = register_optimizer_step_pre_hook(lambda *_: seen.append("global"))
+    try:
+        for seed in range(3):
+            agent.backward_only(batch_factory(16, seed=seed))
+            agent.optimizer_step()
+    finally:
+        handle.remove()
+    assert seen == ["global", "own"] * 3
 
 
 @pytest.mark.parametrize("max_norm", [1e6, None])

@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from torch.optim import optimizer as torch_optimizer
 
 from foxhunt import losses
 from foxhunt.batch import Batch
@@ -140,7 +141,13 @@ def _fused_adam_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter
         return False
     if any(group.get(k) for k in ("amsgrad", "maximize", "capturable", "differentiable")):
         return False
-    if optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks:
+    hooks = (
+        getattr(optimizer, "_optimizer_step_pre_hooks", None),
+        getattr(optimizer, "_optimizer_step_post_hooks", None),
+        getattr(torch_optimizer, "_global_optimizer_pre_hooks", None),
+        getattr(torch_optimizer, "_global_optimizer_post_hooks", None),
+    )
+    if any(h is None or len(h) for h in hooks):  # hooks must run: leave it to step()
         return False
     state = optimizer.state
     grads, exp_avgs, exp_avg_sqs, steps = [], [], [], []
