@@ -297,6 +297,7 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
     ("report-no-metrics", ["report", "notarun"], ("metrics.csv", "notarun")),
     # market-data files (foxhunt.markets.data validation, on the trading path)
     ("data-missing", [*TRADE, "--data", "missing.csv"], ("--data", "missing.csv")),
+    ("data-empty-path", [*TRADE, "--data", ""], ("--data must be a file path",)),
     ("data-empty", [*TRADE, "--data", "empty.csv"], ("empty.csv", "empty")),
     ("data-nan", [*TRADE, "--data", "nan.csv"], ("nan.csv", "'close'", "nan")),
     ("data-high-below-low", [*TRADE, "--data", "hilo.csv"], ("hilo.csv", "'high'", "low")),

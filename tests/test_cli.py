@@ -164,6 +164,7 @@ def test_data_paths_are_stored_absolute_and_config_sections_stand_alone(
     """`foxhunt evaluate` may run elsewhere: --data is stored absolute, and a config file's
     market.data is read relative to the config file. A file with only a trading: section is a
     sectioned config (not a hyperparameter named 'trading')."""
+    from foxhunt.errors import ConfigError
     from foxhunt.runs import build_spec
 
     (tmp_path / "conf").mkdir()
@@ -176,6 +177,16 @@ def test_data_paths_are_stored_absolute_and_config_sections_stand_alone(
     assert spec.trading_config().positions == (0.0, 1.0)
     cfg.write_text(yaml.safe_dump({"market": {"data": "../data/bars.csv"}}))
     assert build_spec(config_file=str(cfg)).market.data == str(tmp_path / "data" / "bars.csv")
+    # --set market.data=... is resolved against the working directory like --data.
+    spec = build_spec(overrides={"market.data": "sub/prices.csv"})
+    assert spec.market.data == str(tmp_path / "sub" / "prices.csv")
+    assert build_spec(data="a.csv", overrides={"market.data": "a.csv"}).market.data == str(
+        tmp_path / "a.csv"
+    )
+    with pytest.raises(ConfigError, match=r"--data 'a.csv' and --set market.data='b.csv' disagree"):
+        build_spec(data="a.csv", overrides={"market.data": "b.csv"})
+    with pytest.raises(ConfigError, match=r"market\.data must be a file path, got an empty string"):
+        build_spec(overrides={"market.data": " "})
 
 
 def test_best_model_falls_back_to_final_out_loud(

@@ -311,7 +311,7 @@ def test_missing_timestamp_column(tmp_path):
 def test_nan_value(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, rows_with(1, "2020-01-02,10.5,11.5,10,,200")))
-    assert_one_line(err, "bars.csv", "'close'", "row 2", "2020-01-02", "nan", "not finite")
+    assert_one_line(err, "bars.csv", "'close'", "row 2", "2020-01-02", "missing value nan")
 
 
 def test_inf_value(tmp_path):
@@ -514,3 +514,220 @@ def test_tab_and_text_suffixes(tmp_path, name):
     else:
         path.write_text(text)
     assert load_ohlcv(path)["close"].tolist() == [10.5, 11.0, 11.5]
+
+
+# ------------------------------------------------- layouts real users bring (found by probing)
+@pytest.mark.parametrize(
+    ("stamps", "expected"),
+    [
+        # Two-digit years: one order for the whole file, never day-first in some rows only.
+        (("01/02/23", "13/02/23", "20/02/23"), ("2023-02-01", "2023-02-13", "2023-02-20")),
+        (("01/02/23", "01/13/23", "01/20/23"), ("2023-01-02", "2023-01-13", "2023-01-20")),
+        (("31-Dec-99", "02-Jan-00", "03-Jan-23"), ("1999-12-31", "2000-01-02", "2023-01-03")),
+        # ISO 8601 mixing date-only and date-time values, and naive with Z (naive is UTC).
+        (
+            ("2023-01-02", "2023-01-02 09:30:00", "2023-01-02T14:31:00Z"),
+            ("2023-01-02", "2023-01-02 09:30", "2023-01-02 14:31"),
+        ),
+        # Packed digits: YYYYMMDDHHMM (not epoch ms), YYYYMMDDHHMMSS, a bare year.
+        (
+            ("202301030930", "202301031600", "202301040930"),
+            ("2023-01-03 09:30", "2023-01-03 16:00", "2023-01-04 09:30"),
+        ),
+        (("20230103093000", "20230103093001", "20230103093002"), None),
+        (("2019", "2020", "2021"), ("2019-01-01", "2020-01-01", "2021-01-01")),
+    ],
+    ids=["dmy-yy", "mdy-yy", "d-mon-yy", "iso-mixed", "yyyymmddhhmm", "yyyymmddhhmmss", "year"],
+)
+def test_timestamp_layouts_read_one_way_for_the_whole_file(tmp_path, stamps, expected):
+    rows = [f"{s},10,11,9,10.5" for s in stamps]
+    df = load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    if expected is None:
+        expected = ("2023-01-03 09:30:00", "2023-01-03 09:30:01", "2023-01-03 09:30:02")
+    assert list(df.index) == [pd.Timestamp(e) for e in expected]
+
+
+@pytest.mark.parametrize(
+    ("stamps", "needle"),
+    [
+        # A file that changes from month-first to day-first part way: the row is named.
+        (
+            ("01/02/2020", "13/02/2020", "02/14/2020"),
+            "row 3: cannot parse timestamp '02/14/2020' in the format of the rows before it",
+        ),
+        # Small integers are a row index or a count, not epoch times in 1970.
+        (("0", "1", "2"), "numbers 0 .. 2 are neither dates"),
+    ],
+    ids=["format-changes", "row-index"],
+)
+def test_timestamps_that_cannot_be_read_one_way_are_refused(tmp_path, stamps, needle):
+    rows = [f"{s},10,11,9,10.5" for s in stamps]
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert_one_line(err, "bars.csv", "'date'", needle)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Date,Time,Open,High,Low,Close\n20200102,1000,10,11,9,10.5\n20200102,1001,10,11,9,10\n",
+        "Date;Time;Open;High;Low;Close\n20200102;1000;10;11;9;10,5\n20200102;1001;10;11;9;10\n",
+        "Date,Time,Open,High,Low,Close\n20200102,100000,10,11,9,10.5\n20200102,100100,10,11,9,10\n",
+    ],
+    ids=["hhmm", "hhmm-text", "hhmmss"],
+)
+def test_time_of_day_digits_are_hhmm_when_they_fit(tmp_path, text):
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2020-01-02 10:00"), pd.Timestamp("2020-01-02 10:01")]
+
+
+def test_hhmm_with_lost_leading_zero(tmp_path):
+    text = "Date,Time,Open,High,Low,Close\n20230103,930,1,2,0.5,1.5\n20230103,1600,1,2,0.5,1.5\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2023-01-03 09:30"), pd.Timestamp("2023-01-03 16:00")]
+
+
+def test_qualified_volume_columns(tmp_path, caplog):
+    # CryptoDataDownload: newest first, base and quote volume; the base volume is the volume.
+    text = (
+        "unix,date,symbol,open,high,low,close,Volume BTC,Volume USDT,tradecount\n"
+        "1672704000,2023-01-03,BTC/USDT,2,3,1,2.5,7,17.5,40\n"
+        "1672617600,2023-01-02,BTC/USDT,1,2,0.5,1.5,5,7.5,30\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["volume"].tolist() == [5.0, 7.0]
+    assert "volume read from 'Volume BTC' (also found 'Volume USDT')" in caplog.text
+    text = "date,open,high,low,close,volume_usd\n2023-01-02,1,2,0.5,1.5,5\n2023-01-03,2,3,1,2.5,7\n"
+    assert load_ohlcv(write(tmp_path, text, "usd.csv"))["volume"].tolist() == [5.0, 7.0]
+
+
+def test_placeholder_volume_means_no_volume(tmp_path, caplog):
+    # investing.com FX: every volume is '-'; a volume column left empty is the same.
+    text = (
+        'Date,Price,Open,High,Low,Vol.,Change %\n"01/03/2023","1.0551","1.0666","1.0685",'
+        '"1.0520","-","-1.08%"\n"01/02/2023","1.0666","1.0703","1.0710","1.0660","-","-0.35%"\n'
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["volume"].tolist() == [0.0, 0.0] and df["close"].tolist() == [1.0666, 1.0551]
+    assert "holds no volumes" in caplog.text
+    text = "date,open,high,low,close,volume\n2023-01-02,1,2,0.5,1.5,\n2023-01-03,2,3,1,2.5,\n"
+    assert load_ohlcv(write(tmp_path, text, "empty_vol.csv"))["volume"].tolist() == [0.0, 0.0]
+    # A partly missing volume is still refused, naming the placeholder.
+    text = "date,open,high,low,close,volume\n2023-01-02,1,2,0.5,1.5,-\n2023-01-03,2,3,1,2.5,4\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text, "dash.csv"))
+    assert_one_line(err, "dash.csv", "'volume'", "row 1", "non-numeric value '-'")
+    text = "date;open;high;low;close;volume\n2023-01-02;1;2;0,5;1,5;null\n2023-01-03;2;3;1;2,5;4\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text, "null.csv"))
+    assert_one_line(err, "null.csv", "'volume'", "row 1", "missing value nan (empty, NaN, null")
+
+
+def test_trailing_delimiter_on_data_rows_only(tmp_path):
+    text = "Date,Open,High,Low,Close,Volume\n2023-01-02,1,2,0.5,1.5,10,\n2023-01-03,2,3,1,2.5,20,\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["open"].tolist() == [1.0, 2.0] and df["volume"].tolist() == [10.0, 20.0]
+    assert list(df.index) == [pd.Timestamp("2023-01-02"), pd.Timestamp("2023-01-03")]
+
+
+def test_yfinance_csv_layout(tmp_path):
+    text = (
+        "Price,Close,High,Low,Open,Volume\nTicker,AAPL,AAPL,AAPL,AAPL,AAPL\nDate,,,,,\n"
+        "2023-01-03,125.07,130.90,124.17,130.28,112117500\n"
+        "2023-01-04,126.36,128.66,125.08,126.89,89113600\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["close"].tolist() == [125.07, 126.36] and df["open"].tolist() == [130.28, 126.89]
+    assert df.index[0] == pd.Timestamp("2023-01-03")
+    several = text.replace("Ticker,AAPL,AAPL,AAPL,AAPL,AAPL", "Ticker,AAPL,MSFT,AAPL,MSFT,AAPL")
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, several, "two.csv"))
+    assert_one_line(err, "two.csv", "holds 2 tickers (AAPL, MSFT)")
+
+
+def test_several_instruments_in_one_file_are_refused(tmp_path):
+    rows = ["date,symbol,open,high,low,close", "2023-01-02,AAPL,1,2,0.5,1.5"]
+    text = "\n".join([*rows, "2023-01-02,MSFT,1,2,0.5,1.5"]) + "\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "bars.csv", "column 'symbol' holds 2 instruments (AAPL, MSFT)")
+    idx = pd.MultiIndex.from_product(
+        [["AAPL"], pd.date_range("2023-01-02", periods=3)], names=["symbol", "date"]
+    )
+    frame = pd.DataFrame({"open": 1.0, "high": 2.0, "low": 0.5, "close": 1.5}, index=idx)
+    frame.to_parquet(tmp_path / "one.parquet")
+    assert len(load_ohlcv(tmp_path / "one.parquet")) == 3  # one symbol: its date level is used
+    two = pd.concat([frame, frame.rename(index={"AAPL": "MSFT"})])
+    two.to_parquet(tmp_path / "two.parquet")
+    with pytest.raises(DataError, match="column 'symbol' holds 2 instruments"):
+        load_ohlcv(tmp_path / "two.parquet")
+
+
+def test_encodings_and_comment_lines(tmp_path, caplog):
+    german = (
+        "Datum;Eröffnung;Hoch;Tief;Schluss\n02.01.2023;1,5;2,5;1,0;2,0\n03.01.2023;2;3;1,5;2,5\n"
+    )
+    (tmp_path / "cp1252.csv").write_bytes(german.encode("cp1252"))
+    df = load_ohlcv(tmp_path / "cp1252.csv")
+    assert df["open"].tolist() == [1.5, 2.0] and "reading it as Windows-1252" in caplog.text
+    (tmp_path / "utf16.csv").write_bytes(german.encode("utf-16"))
+    assert load_ohlcv(tmp_path / "utf16.csv").equals(df)
+    notes = "# exported 2023-01-05\n# symbol: TEST\n\n" + HEADER + "\n".join(GOOD_ROWS) + "\n"
+    assert load_ohlcv(write(tmp_path, notes, "notes.csv"))["close"].tolist() == [10.5, 11.0, 11.5]
+
+
+def test_localised_headers_settle_three_digit_groups(tmp_path):
+    # No number shows a decimal mark of its own; German headers mean 16.750 is 16750.
+    text = (
+        "Datum;Eröffnung;Hoch;Tief;Schluss;Volumen\n"
+        "02.01.2023;16.750;16.900;16.600;16.800;1.000\n03.01.2023;16.800;16.950;16.700;16.900;2.000\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["open"].tolist() == [16750.0, 16800.0] and df["volume"].tolist() == [1000.0, 2000.0]
+    english = text.replace(
+        "Datum;Eröffnung;Hoch;Tief;Schluss;Volumen", HEADER.strip().replace(",", ";")
+    )
+    assert load_ohlcv(write(tmp_path, english, "en.csv"))["open"].tolist() == [16.75, 16.8]
+
+
+def test_extra_fields_are_refused_where_they_are(tmp_path):
+    # An unquoted comma inside a date shifts every column: refused, naming the line.
+    text = "Date,Open,High,Low,Close,Volume\nJan 02, 2023,1,2,0.5,1.5,10\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "bars.csv", "line 2: 7 fields but the header has 6", "'Jan 02, 2023,")
+    # Further down the file pandas' own tokenizer check names the line.
+    days = pd.date_range("2023-01-02", periods=80)
+    rows = [f"{d.date()},1,2,0.5,1.5" + (",999" if i == 70 else "") for i, d in enumerate(days)]
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n", "x.csv"))
+    assert_one_line(err, "x.csv", "line 72, saw 6")
+    # Rows that all end in a delimiter, one of them with a value after it.
+    rows = [f"{d.date()},1,2,0.5,1.5," + ("999" if i == 70 else "") for i, d in enumerate(days)]
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n", "y.csv"))
+    assert_one_line(err, "y.csv", "line 72: 6 fields but the header has 5")
+
+
+def test_preamble_and_trailing_empty_rows_are_skipped(tmp_path):
+    text = (
+        "https://www.CryptoDataDownload.com\n"
+        "unix,date,symbol,open,high,low,close,Volume BTC\n"
+        "1672534800000,2023-01-01 01:00:00,BTCUSDT,2,3,1,2.5,7\n"
+        "1672531200000,2023-01-01 00:00:00,BTCUSDT,1,2,0.5,1.5,5\n"
+        ",,,,,,,\n,,,,,,,\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["close"].tolist() == [1.5, 2.5] and df["volume"].tolist() == [5.0, 7.0]
+    assert df.index[0] == pd.Timestamp("2023-01-01 00:00")
+    # An empty row that is not at the end is still a missing value.
+    text = HEADER + GOOD_ROWS[0] + "\n,,,,,\n" + GOOD_ROWS[1] + "\n"
+    with pytest.raises(DataError, match="row 2: missing timestamp"):
+        load_ohlcv(write(tmp_path, text, "hole.csv"))
+
+
+def test_binary_file_is_not_text(tmp_path):
+    (tmp_path / "bin.csv").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(DataError) as err:
+        load_ohlcv(tmp_path / "bin.csv")
+    assert_one_line(err, "bin.csv", "not text")

@@ -215,6 +215,8 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
     """A validated RunSpec from the shared spec options (see :func:`_add_spec_args`)."""
     from foxhunt.runs import build_spec
 
+    if args.data is not None and not args.data.strip():
+        raise FoxhuntError("--data must be a file path, got an empty string")
     if args.data is not None and not Path(args.data).exists():
         raise FoxhuntError(f"--data file not found: {args.data}")
     return build_spec(

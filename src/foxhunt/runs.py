@@ -170,8 +170,18 @@ def build_spec(
         hp_over["seed"] = seed
     hp = preset(preset_name, **{**file_hp, **hp_over})
     market = {**(file_run.get("market") or {}), **market_over}
-    if data is not None:  # absolute: `foxhunt evaluate` may run from another directory
-        market["data"] = str(Path(data).resolve())
+    if data is not None and market_over.get("data") not in (None, data):
+        raise ConfigError(
+            f"--data {data!r} and --set market.data={market_over['data']!r} disagree; give one"
+        )
+    if data is not None:
+        market["data"] = data
+    if isinstance(market.get("data"), str):
+        if not market["data"].strip():
+            raise ConfigError("market.data must be a file path, got an empty string")
+        # Absolute (relative to where the command ran): `foxhunt evaluate` and `resume` may run
+        # from another directory. A config file's own relative path was resolved against it above.
+        market["data"] = str(Path(market["data"]).resolve())
     steps = (
         total_steps
         or file_run.get("total_env_steps")

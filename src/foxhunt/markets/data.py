@@ -12,6 +12,7 @@ has one (files written by :func:`foxhunt.markets.synthetic.write_synthetic_csv`)
 
 from __future__ import annotations
 
+import csv
 import gzip
 import logging
 import math
@@ -23,6 +24,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
+from pandas.tseries.api import guess_datetime_format
 
 from foxhunt.errors import ConfigError, DataError
 
@@ -69,6 +71,21 @@ _LOCALISED: dict[str, tuple[str, ...]] = {
     "volume": ("volumen", "stück", "stücke", "volumes", "wolumen"),
 }  # fmt: skip
 _ALIASES.update({name: canon for canon, names in _LOCALISED.items() for name in names})
+# Every language above writes decimal commas; "max"/"min"/"opening" are shared with English.
+_DECIMAL_COMMA_HEADERS = frozenset(
+    name for names in _LOCALISED.values() for name in names if name not in ("max", "min", "opening")
+) | {
+    "zuletzt",
+    "letzter",
+    "dernier",
+    "último",
+    "ultimo",
+    "laatste",
+    "preço",
+    "precio",
+    "prezzo",
+    "kurs",
+}
 # Fallbacks, used only when the primary column is absent: adjusted close (mixing it with
 # unadjusted open/high/low is usually wrong), "price"/"last" (investing.com, exchange exports) and
 # tick volume (MetaTrader exports carry both <TICKVOL> and <VOL>).
@@ -158,6 +175,10 @@ def _fmt(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def _stamp(ts: pd.Timestamp) -> str:
     """A timestamp for messages: the date alone when it is midnight."""
     return str(ts.date()) if ts == ts.normalize() else str(ts)
@@ -189,13 +210,40 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     try:
         if suffix in (".parquet", ".pq"):
             frame = pd.read_parquet(path)
+            if isinstance(frame.index, pd.MultiIndex):  # (symbol, date): levels become columns
+                frame = frame.reset_index()
         else:
-            sep = _sniff_delimiter(path, suffix)
+            encoding, head = _sniff_text(path, suffix)
+            skip = _leading_comments(head)
+            sep = _delimiter(head[skip:])
             # Outside comma-delimited files the decimal mark is not known in advance ("12.345"
             # may be 12345 in a German file): read text and decide once for the whole file.
             dtype = None if sep == "," else str
-            frame = pd.read_csv(path, sep=sep, skipinitialspace=True, dtype=dtype)
+            _check_field_counts(head[skip:], sep, skip + 1, label)
+            try:
+                frame = _read_csv(path, sep, dtype, encoding, skip, label)
+            except UnicodeDecodeError:
+                if encoding != "utf-8-sig":
+                    raise
+                # Not UTF-8: Windows-1252 is what Excel in Western Europe writes (Eröffnung
+                # with the byte 0xF6).
+                log.warning("%s: not UTF-8 text; reading it as Windows-1252", label)
+                try:
+                    frame = _read_csv(path, sep, dtype, "cp1252", skip, label)
+                except UnicodeDecodeError:
+                    raise DataError(
+                        f"{label}: cannot read file: not text (neither UTF-8, UTF-16 nor "
+                        "Windows-1252)"
+                    ) from None
+            # Rows with every field empty at the end of a file (Excel writes ",,,,,") carry
+            # nothing; any other row with a missing value is still refused.
+            filled = frame.notna().to_numpy().any(axis=1)
+            if len(frame) and not filled[-1]:
+                frame = frame.iloc[: int(np.flatnonzero(filled)[-1]) + 1 if filled.any() else 0]
             frame.attrs["delimiter"] = sep
+            frame = _yfinance_layout(frame, label)
+    except DataError:
+        raise
     except pd.errors.EmptyDataError:
         raise DataError(f"{label}: file is empty (no header row)") from None
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
@@ -204,18 +252,97 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return frame, label
 
 
-def _sniff_delimiter(path: Path, suffix: str) -> str:
-    """The field delimiter of a CSV: whichever of , ; tab | splits the header line most."""
+def _read_csv(
+    path: Path, sep: str, dtype: type | None, encoding: str, skip: int, label: str
+) -> pd.DataFrame:
+    with warnings.catch_warnings(record=True) as caught:
+        # index_col=False: data rows with a trailing delimiter the header lacks must not turn
+        # the first column into the index and shift every other column one place left.
+        warnings.simplefilter("always", pd.errors.ParserWarning)
+        frame = pd.read_csv(
+            path,
+            sep=sep,
+            skipinitialspace=True,
+            dtype=dtype,
+            encoding=encoding,
+            skiprows=skip,
+            index_col=False,
+        )
+    if any(issubclass(w.category, pd.errors.ParserWarning) for w in caught):
+        # Some row has more fields than the header: pandas dropped the extras. Harmless when
+        # they are empty (a trailing delimiter); otherwise say where.
+        opener = gzip.open if path.name.lower().endswith(".gz") else open
+        with opener(path, "rt", encoding=encoding, newline="") as f:  # type: ignore[operator]
+            lines = f.read().splitlines()
+        _check_field_counts(lines[skip:], sep, skip + 1, label)
+    return frame
+
+
+def _sniff_text(path: Path, suffix: str) -> tuple[str, list[str]]:
+    """The text encoding (UTF-16 by its BOM, else UTF-8) and the first lines of a CSV."""
     opener = gzip.open if suffix.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as f:  # type: ignore[operator]
-            header = next((line for line in f if line.strip()), "")
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            raw = f.read(1 << 16)
     except (OSError, EOFError):
-        return ","  # pandas reports the real problem with the file
-    header = re.sub(r'"[^"]*"', "", header)  # delimiters inside quoted names do not count
+        return "utf-8-sig", []  # pandas reports the real problem with the file
+    encoding = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
+    return encoding, raw.decode(encoding, errors="replace").splitlines()[:50]
+
+
+def _leading_comments(lines: list[str]) -> int:
+    """Lines before the header: blank, starting with '#', or a single field (the URL line that
+    CryptoDataDownload puts first, a title)."""
+    n = 0
+    for line in lines:
+        text = line.strip()
+        if text and not text.startswith("#") and any(d in text for d in ",;\t|"):
+            break
+        n += 1
+    return n if n < len(lines) else 0
+
+
+def _check_field_counts(lines: list[str], sep: str, first_line: int, label: str) -> None:
+    """Refuse data rows with more non-empty fields than the header has names: an unquoted
+    delimiter inside a value (``Jan 02, 2023``) would otherwise shift every later column. A
+    trailing empty field (a delimiter at the end of each row) is harmless."""
+    reader = csv.reader(lines, delimiter=sep, skipinitialspace=True)
+    header = next(reader, None)
+    if header is None:
+        return
+    names = len(header)
+    for i, row in enumerate(reader, start=1):
+        if any(field.strip() for field in row[names:]):
+            raise DataError(
+                f"{label}: line {first_line + i}: {len(row)} fields but the header has {names} "
+                f"(an unquoted {sep!r} inside a value?): {_fmt(lines[i])}"
+            )
+
+
+def _delimiter(head: list[str]) -> str:
+    """The field delimiter of a CSV: whichever of , ; tab | splits the header line most."""
+    header = re.sub(r'"[^"]*"', "", head[0] if head else "")  # quoted names do not count
     counts = {d: header.count(d) for d in (",", ";", "\t", "|")}
     best = max(counts, key=lambda d: counts[d])
     return best if counts[best] > 0 else ","
+
+
+def _yfinance_layout(frame: pd.DataFrame, label: str) -> pd.DataFrame:
+    """yfinance's ``download(...).to_csv()``: header ``Price,Close,...``, then a ``Ticker`` row
+    and a ``Date`` row. One ticker is read as an ordinary file; several are refused."""
+    if len(frame) < 2 or len(frame.columns) < 2 or _norm(frame.columns[0]) != "price":
+        return frame
+    first, second = (_norm(frame.iloc[i, 0]) for i in (0, 1))
+    if first != "ticker" or second not in ("date", "datetime"):
+        return frame
+    tickers = sorted({str(t).strip() for t in frame.iloc[0, 1:] if pd.notna(t) and str(t).strip()})
+    if len(tickers) > 1:
+        raise DataError(
+            f"{label}: holds {len(tickers)} tickers ({', '.join(tickers[:5])}); foxhunt trades "
+            "one instrument per file: download or save one ticker at a time"
+        )
+    out = frame.iloc[2:].reset_index(drop=True)
+    return out.rename(columns={frame.columns[0]: str(frame.iloc[1, 0]).strip()})
 
 
 def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
@@ -239,6 +366,10 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
     for kind, (canon, _) in _FALLBACKS.items():
         if canon not in found and kind in fallback:
             found[canon] = fallback[kind]
+    if "volume" not in found:
+        volume = _volume_variant(frame, label)
+        if volume is not None:
+            found["volume"] = volume
     if "tick volume" in fallback and found.get("volume") != fallback["tick volume"]:
         found["tick volume"] = fallback["tick volume"]  # used if the real volume is all zero
     missing = [c for c in _PRICE_COLUMNS if c not in found]
@@ -251,6 +382,48 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
             )
         raise DataError(f"{label}: missing column(s) {', '.join(missing)} (found: {seen})")
     return found
+
+
+_INSTRUMENT_COLUMNS = ("symbol", "ticker", "instrument", "isin", "asset", "pair", "security")
+
+
+def _one_instrument(frame: pd.DataFrame, label: str) -> None:
+    """Refuse a file that stacks several instruments (a symbol column with more than one value):
+    read as one series, its bars would interleave and fail the time-order check confusingly."""
+    for col in frame.columns:
+        if _norm(col) in _INSTRUMENT_COLUMNS:
+            names = frame[col].dropna().astype(str).str.strip().unique()
+            if len(names) > 1:
+                raise DataError(
+                    f"{label}: column {str(col)!r} holds {len(names)} instruments "
+                    f"({', '.join(map(str, names[:5]))}); foxhunt trades one instrument per file: "
+                    "keep the rows of one"
+                )
+
+
+def _volume_variant(frame: pd.DataFrame, label: str) -> object | None:
+    """A volume column under a qualified name (``Volume BTC``, ``volume_usd``, ``base_volume``,
+    ``quote_asset_volume``): base-asset volume before quote-asset volume, the first of equals."""
+    candidates = [
+        col
+        for col in frame.columns
+        if {"volume", "vol"} & set(_norm(col).replace("(", " ").replace(")", " ").split())
+        and not {"tick", "ticks", "tickvol"} & set(_norm(col).split())
+    ]
+    if not candidates:
+        return None
+    base = [
+        c for c in candidates if not {"quote", "usd", "usdt", "usdc", "eur"} & set(_norm(c).split())
+    ]
+    chosen = (base or candidates)[0]
+    if len(candidates) > 1:
+        log.warning(
+            "%s: volume read from %r (also found %s)",
+            label,
+            str(chosen),
+            ", ".join(repr(str(c)) for c in candidates if c is not chosen),
+        )
+    return chosen
 
 
 def _looks_like_data(name: object) -> bool:
@@ -271,10 +444,7 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
     if date_alias and "time" in has and not has & {"timestamp", "datetime", "date time"}:
         dcol, tcol = by_norm[date_alias], by_norm["time"]
-        times = frame[tcol]
-        if pd.api.types.is_integer_dtype(times.dtype):  # HHMMSS read as a number: 93000
-            times = times.astype(str).str.zfill(6)
-        joined = frame[dcol].astype(str).str.strip() + " " + times.astype(str).str.strip()
+        joined = frame[dcol].astype(str).str.strip() + " " + _clock_times(frame[tcol])
         return joined.reset_index(drop=True), f"{dcol}+{tcol}"
     for alias in _TIMESTAMP_ALIASES:
         if alias in by_norm:
@@ -288,6 +458,31 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
         f"{label}: no timestamp column (looked for date, datetime, time, timestamp or a "
         f"DatetimeIndex; found: {seen})"
     )
+
+
+# (format, smallest, largest) of integer timestamps that spell a calendar date.
+_PACKED_FORMATS = (
+    ("%Y%m%d", 1800_01_01, 2200_12_31),
+    ("%Y%m%d%H%M", 1800_01_01_0000, 2200_12_31_2359),
+    ("%Y%m%d%H%M%S", 1800_01_01_000000, 2200_12_31_235959),
+    ("%Y", 1800, 2200),
+)
+
+
+def _clock_times(times: pd.Series) -> pd.Series:
+    """A time-of-day column as HH:MM[:SS] text. Digits only (often read as integers, leading
+    zeros lost) are HHMM when every value fits HHMM (930 is 09:30), else HHMMSS (93000)."""
+    if pd.api.types.is_float_dtype(times.dtype) and np.all(times.dropna() % 1 == 0):
+        times = times.astype("Int64")
+    text = times.astype(str).str.strip()
+    if not text.str.fullmatch(r"\d{1,6}").all():
+        return text
+    digits = text.astype(np.int64)
+    hhmm = bool(((digits // 100 <= 23) & (digits % 100 <= 59)).all())
+    width = 4 if hhmm else 6
+    padded = text.str.zfill(width)
+    clock = padded.str[:2] + ":" + padded.str[2:4]
+    return clock if hhmm else clock + ":" + padded.str[4:6]
 
 
 def _epoch_unit(values: np.ndarray) -> str:
@@ -322,11 +517,25 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         if bad.any():
             raise fail_at(int(np.argmax(bad)), "cannot parse timestamp")
         as_int = values.astype(np.int64)
-        if np.all(as_int == values) and np.all((as_int >= 19000101) & (as_int <= 21001231)):
-            # YYYYMMDD integers; as epoch seconds these would all fall within 1970-08.
-            ymd = pd.to_datetime(pd.Series(as_int.astype(str)), format="%Y%m%d", errors="coerce")
-            if not ymd.isna().any():
-                return pd.DatetimeIndex(ymd).as_unit("ns")
+        if np.all(as_int == values):
+            # Packed calendar digits: YYYYMMDD (as epoch seconds these would all fall within
+            # 1970-08), YYYYMMDDHHMM (as epoch ms, 1976), YYYYMMDDHHMMSS, or a bare year.
+            for fmt, lo, hi in _PACKED_FORMATS:
+                if np.all((as_int >= lo) & (as_int <= hi)):
+                    packed = pd.to_datetime(
+                        pd.Series(as_int.astype(str)), format=fmt, errors="coerce"
+                    )
+                    if not packed.isna().any():
+                        return pd.DatetimeIndex(packed).as_unit("ns")
+        if float(np.max(np.abs(values))) < 1e8:
+            # As epoch seconds every value would fall before 1973-03-03: a row number, a count
+            # or a date format this loader does not know, never a real epoch column.
+            raise DataError(
+                f"{label}: column {column!r}: numbers {_number(values[0])} .. "
+                f"{_number(values[-1])} "
+                "are neither dates (YYYYMMDD, YYYYMMDDHHMM[SS], a year) nor Unix epoch times; "
+                "write dates such as 2023-01-31 or 2023-01-31 09:30"
+            )
         unit = _epoch_unit(values)
         try:
             parsed = pd.DatetimeIndex(pd.to_datetime(values, unit=unit))
@@ -337,23 +546,14 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         if text.str.fullmatch(r"-?\d+(\.0*)?").all():
             # Epoch numbers stored as text (e.g. a string-typed Parquet column).
             return _parse_timestamps(pd.to_numeric(text), label, column)
-        parsed = None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # dd.mm.yyyy (dots) is a day-first convention; elsewhere try month-first first.
-            dotted = bool(text.str.match(r"\d{1,2}\.\d{1,2}\.\d{2,4}\b").all())
-            for dayfirst in (True, False) if dotted else (False, True):
-                try:
-                    result = pd.to_datetime(text, utc=True, dayfirst=dayfirst)
-                except (ValueError, TypeError, OverflowError):
-                    continue
-                parsed = pd.DatetimeIndex(result).tz_localize(None)
-                break
-            if parsed is None:
-                coerced = pd.to_datetime(text, utc=True, errors="coerce")
-                bad = np.asarray(pd.isna(coerced))
-                pos = int(np.argmax(bad)) if bad.any() else 0
-                raise fail_at(pos, "cannot parse timestamp")
+        parsed = _parse_text_timestamps(text, label, column)
+        if parsed is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                coerced = pd.to_datetime(text, utc=True, errors="coerce", format="mixed")
+            bad = np.asarray(pd.isna(coerced))
+            pos = int(np.argmax(bad)) if bad.any() else 0
+            raise fail_at(pos, "cannot parse timestamp")
     try:
         parsed = parsed.as_unit("ns")
     except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
@@ -367,6 +567,80 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
     return parsed
 
 
+_ISO = re.compile(
+    r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}([.,]\d+)?)?)?\s?(Z|[+-]\d{2}(:?\d{2})?)?"
+)
+# A day-month-year or month-day-year date with a two-digit year (01/02/23, 02-Jan-23).
+_TWO_DIGIT_YEAR = re.compile(r"(\d{1,2}([/.\-])(?:\d{1,2}|[A-Za-z]{3,9})\2)(\d{2})(?=$|[\sT])")
+_NUMERIC_DATE = re.compile(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
+
+
+def _four_digit_years(text: pd.Series) -> pd.Series:
+    """01/02/23 -> 01/02/2023 (POSIX %y: 69-99 are 19xx, 00-68 are 20xx), so that one format can
+    be inferred for the whole column; pandas infers none for two-digit years and would parse
+    each value on its own, day-first here and month-first there."""
+
+    def widen(m: re.Match[str]) -> str:
+        yy = int(m.group(3))
+        return f"{m.group(1)}{1900 + yy if yy >= 69 else 2000 + yy}"
+
+    return text.str.replace(_TWO_DIGIT_YEAR, widen, n=1, regex=True)
+
+
+def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex | None:
+    """One format for the whole column, or None when no single format reads every value.
+
+    ISO 8601 values (date-only, date-time, with or without offsets, mixed) are read as such.
+    Otherwise a format is inferred from the first value, month-first before day-first (day-first
+    first for dd.mm.yyyy, a day-first convention), and must read every row: a file is never
+    read day-first in one row and month-first in another.
+    """
+    original = text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if text.str.fullmatch(_ISO).all():
+            try:
+                result = pd.to_datetime(text, utc=True, format="ISO8601")
+                return pd.DatetimeIndex(result).tz_localize(None)
+            except (ValueError, TypeError, OverflowError):
+                return None
+        if text.str.match(_TWO_DIGIT_YEAR).all():
+            text = _four_digit_years(text)
+        dotted = bool(text.str.match(r"\d{1,2}\.\d{1,2}\.\d{2,4}\b").all())
+        first = str(text.iloc[0])
+        formats: list[str] = []
+        for dayfirst in (True, False) if dotted else (False, True):
+            fmt = guess_datetime_format(first, dayfirst=dayfirst)
+            if fmt is not None and fmt not in formats:
+                formats.append(fmt)
+        for fmt in formats:
+            try:
+                result = pd.to_datetime(text, utc=True, format=fmt)
+            except (ValueError, TypeError, OverflowError):
+                continue
+            return pd.DatetimeIndex(result).tz_localize(None)
+        if formats:
+            # Name the row where the format that reads the most leading rows stops: a typo, or a
+            # file that changes layout (day-first after month-first) part way.
+            stop, fmt = -1, formats[0]
+            for candidate in formats:
+                ok = pd.to_datetime(text, utc=True, format=candidate, errors="coerce").notna()
+                pos = int(np.argmin(ok.to_numpy()))
+                if pos > stop:
+                    stop, fmt = pos, candidate
+            raise DataError(
+                f"{label}: column {column!r} row {stop + 1}: cannot parse timestamp "
+                f"{_fmt(original.iloc[stop])} in the format of the rows before it ({fmt})"
+            )
+        if text.str.contains(_NUMERIC_DATE).any():
+            return None  # value by value could swap day and month in some rows only
+        try:  # month names, weekdays, free text: value by value is unambiguous
+            result = pd.to_datetime(text, utc=True, format="mixed")
+        except (ValueError, TypeError, OverflowError):
+            return None
+        return pd.DatetimeIndex(result).tz_localize(None)
+
+
 _SUFFIX_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
 # A separator followed by other than exactly three digits, or the last of two different
 # separators, can only be a decimal mark.
@@ -374,10 +648,10 @@ _COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d"
 _DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d"
 
 
-def _decimal_comma(values: pd.DataFrame, label: str) -> bool:
+def _decimal_comma(values: pd.DataFrame, label: str, default: bool = False) -> bool:
     """Whether a file writes decimals with a comma, from the evidence in its numbers; a file
     showing both conventions is refused, one showing neither (only three-digit groups, e.g.
-    16.750) is read with a decimal point."""
+    16.750) gets ``default``: a decimal point unless its headers are localised."""
     text = values.astype(str).stack().str.strip()
     comma = text.str.contains(_COMMA_DECIMAL, regex=True)
     dot = text.str.contains(_DOT_DECIMAL, regex=True)
@@ -386,6 +660,8 @@ def _decimal_comma(values: pd.DataFrame, label: str) -> bool:
             f"{label}: numbers use both decimal marks: {text[comma].iloc[0]!r} (comma) and "
             f"{text[dot].iloc[0]!r} (point); write one convention"
         )
+    if not comma.any() and not dot.any():
+        return default
     return bool(comma.any())
 
 
@@ -403,6 +679,14 @@ def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
     body = text.where(~suffix.isin(list(_SUFFIX_SCALE)), text.str[:-1])
     body = body.where(body.str.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"), None)
     return pd.to_numeric(body, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan) * scale
+
+
+def _no_volume_marks(raw: pd.Series) -> bool:
+    """Whether a volume column is only placeholders ('-', '--', empty)."""
+    if pd.api.types.is_numeric_dtype(raw.dtype):
+        return bool(len(raw)) and bool(raw.isna().all())
+    text = raw.dropna().astype(str).str.strip()
+    return bool(len(text)) and bool(text.isin(["-", "--", "–", ""]).all())
 
 
 def _to_float(
@@ -436,28 +720,37 @@ def _to_float(
 def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.DataFrame:
     """Load OHLCV bars from a CSV / CSV.gz / Parquet file or a DataFrame and validate them.
 
-    The CSV delimiter (``,`` ``;`` tab ``|``) is read from the header line. Column names are
+    The CSV delimiter (``,`` ``;`` tab ``|``) is read from the header line; UTF-8, UTF-16 (by
+    its BOM) and Windows-1252 text are read, and lines before the header that are blank, start
+    with ``#`` or hold a single field (a URL, a title) are skipped, as are rows with every field
+    empty at the end of the file. yfinance's three-row header is understood. Column names are
     matched case-insensitively, ignoring ``<>`` and a trailing dot (``Open``/``o``/``<OPEN>``,
     ``Volume``/``Vol.``/``v``; ``Adj Close``, ``Price`` or ``Last`` only when there is no close,
-    tick volume only when there is no volume). Timestamps come from a date/datetime/time/timestamp
-    (or ``Gmt time``, ``Local time``, ``<DTYYYYMMDD>``, ...) column, separate date + time columns
-    or a DatetimeIndex; ISO strings with a timezone are converted to UTC, other strings use pandas
-    inference (month-first, falling back to day-first when month-first fails), integers are
-    YYYYMMDD dates or unix epochs whose unit (s/ms/us/ns) is read from their magnitude. Numbers
-    may carry thousands separators or K/M/B suffixes; the decimal mark is read from the numbers
-    themselves (in comma-delimited files, from the quoted ones). Localised export headers
-    (``Datum``, ``Zuletzt``, ``Eröffn.``, ``Clôture``, ``Máximo``, ...) are recognised. A file
-    whose rows are all newest-first is reversed (with a logged warning); a missing volume column
-    becomes zeros.
+    tick volume or a qualified volume such as ``Volume BTC`` only when there is no volume).
+    Timestamps come from a date/datetime/time/timestamp (or ``Gmt time``, ``Local time``,
+    ``<DTYYYYMMDD>``, ...) column, separate date + time columns (a digits-only time is HHMM when
+    every value fits, else HHMMSS) or a DatetimeIndex. ISO 8601 strings are read as such (offsets
+    converted to UTC); other strings are read with ONE format for the whole column, inferred from
+    the first value month-first, then day-first (day-first first for dd.mm.yyyy), two-digit years
+    included. Integers are YYYYMMDD[HHMM[SS]] or a year, else unix epochs whose unit (s/ms/us/ns)
+    is read from their magnitude; small numbers (a row index) are refused. Numbers may carry
+    thousands separators or K/M/B suffixes; the decimal mark is read from the numbers themselves
+    (in comma-delimited files, from the quoted ones), and from localised headers (``Datum``,
+    ``Zuletzt``, ``Eröffn.``, ``Clôture``, ``Máximo``, ...) when the numbers do not settle it. A
+    file whose rows are all newest-first is reversed (with a logged warning); a missing volume
+    column, or one of only ``-`` placeholders, becomes zeros (logged). A file holding several
+    instruments (a symbol/ticker column with more than one value) is refused.
 
     Raises :class:`DataError` (one line: file, column, row, value) for anything it cannot trust:
-    missing columns, unparseable or missing timestamps, NaN/inf, non-positive prices, high below
-    low/open/close, low above open/close, negative volume, unsorted or duplicate timestamps, and
-    fewer than ``min_rows`` rows. Rows are never dropped, nor reordered silently.
+    missing columns, rows with more fields than the header, unparseable or missing timestamps,
+    NaN/inf, non-positive prices, high below low/open/close, low above open/close, negative
+    volume, unsorted or duplicate timestamps, and fewer than ``min_rows`` rows. Rows holding data
+    are never dropped, nor reordered silently.
     """
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise ConfigError(f"min_rows must be a positive integer, got {min_rows!r}")
     frame, label = _read_source(source)
+    _one_instrument(frame, label)
     found = _find_columns(frame, label)
     ts_raw, ts_column = _timestamp_source(frame, label)
     n = len(frame)
@@ -469,7 +762,10 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
         # A comma-delimited file can only carry decimal commas inside quotes ("16.769,36", as
         # localised investing.com exports do): read the mark from the columns held as text.
         cols = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c].dtype)]
-    decimal_comma = _decimal_comma(frame[cols], label) if cols else False
+    # Headers in a language that writes decimal commas (Eröffnung, Clôture, ...) settle a file
+    # whose numbers show no decimal mark of their own (16.750 is then sixteen thousand).
+    localised = any(_norm(found[c]) in _DECIMAL_COMMA_HEADERS for c in _PRICE_COLUMNS)
+    decimal_comma = _decimal_comma(frame[cols], label, localised) if cols else False
     back = np.diff(timestamps.asi8)
     reversed_rows = n > 1 and bool(np.all(back <= 0)) and bool(np.any(back < 0))
     if reversed_rows:
@@ -492,13 +788,24 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
             continue
         col = found[canon]
         names[canon] = str(col)
-        arr = _to_float(frame[col].reset_index(drop=True), label, str(col), where, decimal_comma)
+        raw = frame[col].reset_index(drop=True)
+        if canon == "volume" and _no_volume_marks(raw):
+            # investing.com writes '-' for every FX bar: the file has no volume, like a file
+            # without the column (a partly missing volume is still refused below).
+            log.warning(
+                "%s: column %r holds no volumes (only '-' or empty); volume set to 0", label, col
+            )
+            continue
+        arr = _to_float(raw, label, str(col), where, decimal_comma)
         nonfinite = ~np.isfinite(arr)
         if nonfinite.any():
             pos = int(np.argmax(nonfinite))
-            raise DataError(
-                f"{label}: column {str(col)!r} {where(pos)}: value {_fmt(arr[pos])} is not finite"
+            why = (
+                "missing value nan (empty, NaN, null or n/a in the file)"
+                if np.isnan(arr[pos])
+                else f"value {_fmt(arr[pos])} is not finite"
             )
+            raise DataError(f"{label}: column {str(col)!r} {where(pos)}: {why}")
         values[canon] = arr
     if "volume" not in values:
         values["volume"] = np.zeros(n, dtype=np.float64)
