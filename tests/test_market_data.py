@@ -731,3 +731,29 @@ def test_binary_file_is_not_text(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(tmp_path / "bin.csv")
     assert_one_line(err, "bin.csv", "not text")
+
+
+def test_day_month_order_follows_time_order(tmp_path, caplog):
+    # A UK daily file whose days never pass 12: only day-first keeps it in time order.
+    days = [d for d in pd.date_range("2023-02-01", "2023-04-12") if d.day <= 12]
+    rows = [f"{d:%d/%m/%y},1,2,0.5,1.5" for d in days]
+    df = load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert list(df.index) == list(days)
+    assert "also reads as" not in caplog.text
+    # Monthly dates on the 1st read in time order both ways: month-first, with a warning.
+    text = "date,open,high,low,close\n" + "\n".join(
+        f"01/0{m}/2023,1,2,0.5,1.5" for m in range(2, 5)
+    )
+    df = load_ohlcv(write(tmp_path, text + "\n", "monthly.csv"))
+    assert df.index[0] == pd.Timestamp("2023-01-02")
+    assert "dates read as %m/%d/%Y; every value also reads as %d/%m/%Y" in caplog.text
+    # Year-first dates are never read year-day-month.
+    caplog.clear()
+    load_ohlcv(
+        write(
+            tmp_path,
+            "date,open,high,low,close\n2023/01/02,1,2,0.5,1.5\n2023/01/03,1,2,0.5,1.5\n",
+            "ymd.csv",
+        )
+    )
+    assert "also reads as" not in caplog.text

@@ -611,14 +611,35 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
         formats: list[str] = []
         for dayfirst in (True, False) if dotted else (False, True):
             fmt = guess_datetime_format(first, dayfirst=dayfirst)
-            if fmt is not None and fmt not in formats:
+            year_day_month = fmt is not None and re.match(r"%Y\W?%d", fmt)
+            if fmt is not None and fmt not in formats and not year_day_month:
                 formats.append(fmt)
+        readings: list[tuple[str, pd.DatetimeIndex]] = []
         for fmt in formats:
             try:
                 result = pd.to_datetime(text, utc=True, format=fmt)
             except (ValueError, TypeError, OverflowError):
                 continue
-            return pd.DatetimeIndex(result).tz_localize(None)
+            readings.append((fmt, pd.DatetimeIndex(result).tz_localize(None)))
+        if len(readings) > 1:
+            # Day and month are both <= 12 in every row, so both orders read the file. A time
+            # series is in time order: a daily file read in the wrong order jumps back a year
+            # at each month end. Keep the order that is sorted; if both are, say so.
+            ordered = [
+                r for r in readings if r[1].is_monotonic_increasing or r[1].is_monotonic_decreasing
+            ]
+            if len(ordered) == 1:
+                return ordered[0][1]
+            log.warning(
+                "%s: column %r: dates read as %s; every value also reads as %s (day and month "
+                "both <= 12): check the dates, or write ISO dates (2023-01-31)",
+                label,
+                column,
+                readings[0][0],
+                readings[1][0],
+            )
+        if readings:
+            return readings[0][1]
         if formats:
             # Name the row where the format that reads the most leading rows stops: a typo, or a
             # file that changes layout (day-first after month-first) part way.
