@@ -223,3 +223,34 @@ def test_split_and_window_errors_name_their_setting(tmp_path: Path) -> None:
     spec = build_spec(data=str(path), overrides={"trading.window": 100})
     with pytest.raises(ConfigError, match=r"trading.window=100 needs at least 306 bars .* got 200"):
         build_trading(spec)
+
+
+def test_force_replaces_only_a_run_and_only_after_the_inputs_check(
+    run: Path, tmp_path: Path
+) -> None:
+    """--force never loses an old run to a bad new input, and never deletes a directory that
+    is not a foxhunt run (nor the working directory)."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(run, old)
+    before = sorted(p.relative_to(old) for p in old.rglob("*"))
+    out = foxhunt("train", "--env", "CartPole-v9", "--run-dir", "old", "--force", cwd=tmp_path)
+    assert out.returncode == 2 and "CartPole-v9" in out.stderr and "Traceback" not in out.stderr
+    assert sorted(p.relative_to(old) for p in old.rglob("*")) == before  # the old run is intact
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "data.csv").write_text("precious")
+    out = foxhunt("train", "--env", "CartPole-v1", "--run-dir", "project", "--force", cwd=tmp_path)
+    assert out.returncode == 2 and "holds other files (data.csv)" in out.stderr
+    out = foxhunt("train", "--env", "CartPole-v1", "--run-dir", ".", "--force", cwd=old)
+    assert out.returncode == 2 and "working or home directory" in out.stderr
+    assert (mine / "data.csv").read_text() == "precious" and (old / "config.yaml").is_file()
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    out = foxhunt(
+        "train", "--env", "CartPole-v1", "--total-steps", "300", "--seed", "7",
+        "--run-dir", "old", "--force", "--no-progress", *sets, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    assert config["hyperparameters"]["seed"] == 7 and config["total_env_steps"] == 300

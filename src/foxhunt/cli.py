@@ -238,16 +238,36 @@ def _default_run_dir(spec: Any) -> Path:
     return Path("runs") / f"{stamp}-{name}"
 
 
-def _prepare_run_dir(path: Path, force: bool) -> None:
+# What a foxhunt run (or ensemble) directory holds: --force replaces nothing else.
+_RUN_MARKERS = ("config.yaml", "ensemble.json", "metrics.csv", "checkpoints", "model.safetensors")
+
+
+def _prepare_run_dir(path: Path, force: bool) -> bool:
+    """Check ``--run-dir``; True when it holds an old run that ``--force`` will replace.
+
+    Nothing is deleted here: the caller replaces the old run only once every input has been
+    validated, so a bad new input leaves the old run as it was. ``--force`` replaces only a
+    directory that holds a foxhunt run, never the working directory or one of its parents.
+    """
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
-    if path.is_dir() and any(path.iterdir()):
-        if not force:
-            raise ConfigError(
-                f"--run-dir already holds files: {path} (use `foxhunt resume "
-                f"{path}`, another --run-dir, or --force)"
-            )
-        shutil.rmtree(path)
+    if not (path.is_dir() and any(path.iterdir())):
+        return False
+    if not force:
+        raise ConfigError(
+            f"--run-dir already holds files: {path} (use `foxhunt resume "
+            f"{path}`, another --run-dir, or --force)"
+        )
+    resolved, cwd = path.resolve(), Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents or resolved == Path.home().resolve():
+        raise ConfigError(f"--force would delete {path} (the working or home directory); refused")
+    if not any((path / marker).exists() for marker in _RUN_MARKERS):
+        sample = ", ".join(sorted(p.name for p in path.iterdir())[:3])
+        raise ConfigError(
+            f"--force replaces only a foxhunt run directory; {path} holds other files "
+            f"({sample}): choose another --run-dir"
+        )
+    return True
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -257,9 +277,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(spec)
     from foxhunt.distributed import current
 
-    if current().is_main:  # data-parallel workers write nothing
-        _prepare_run_dir(run_dir, args.force)
-    run_training(spec, run_dir, progress=not args.no_progress)
+    replace = current().is_main and _prepare_run_dir(run_dir, args.force)
+    # The old run goes only after the new trainer is built (every input checked).
+    before_write = (lambda: shutil.rmtree(run_dir)) if replace else None
+    run_training(spec, run_dir, progress=not args.no_progress, before_write=before_write)
     return 0
 
 
@@ -358,7 +379,14 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
     else:
         default = _default_run_dir(spec)
         run_dir = default.with_name(default.name + "-ensemble")
-    _prepare_run_dir(run_dir, args.force)
+    if _prepare_run_dir(run_dir, args.force):
+        from foxhunt.runs import make_envs
+
+        for env in make_envs(spec)[:2]:  # every input checked before the old run goes
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+        shutil.rmtree(run_dir)
     paths = train_ensemble(spec, run_dir, args.members, progress=not args.no_progress)
     print(f"foxhunt: ensemble of {len(paths)} members written to {run_dir}")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,18 @@ def _train_loop(
     return summary
 
 
-def run_training(spec: RunSpec, run_dir: Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train a fresh run into ``run_dir`` (config, metrics, checkpoints, final model)."""
+def run_training(
+    spec: RunSpec,
+    run_dir: Path,
+    *,
+    progress: bool = True,
+    before_write: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Train a fresh run into ``run_dir`` (config, metrics, checkpoints, final model).
+
+    ``before_write`` runs once the trainer is built (every input validated) and before anything
+    is written: ``foxhunt train --force`` removes the old run there, so a bad input keeps it.
+    """
     from foxhunt import distributed
     from foxhunt.logging import MetricLogger
 
@@ -86,6 +97,8 @@ def run_training(spec: RunSpec, run_dir: Path, *, progress: bool = True) -> dict
             return trainer.learn(spec.total_env_steps)
         finally:
             trainer.close()
+    if before_write is not None:
+        before_write()
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
     trainer.logger = MetricLogger(run_dir)
