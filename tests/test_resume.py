@@ -92,11 +92,17 @@ def assert_same_weights(a: Path, b: Path) -> int:
         # Accumulation samples the effective batch once and splits it; two envs also put two
         # partial n-step queues and two env states into the checkpoint.
         pytest.param({"gradient_accumulation_steps": 2, "n_envs": 2}, id="accum2-envs2"),
+        # The default agent: the trading env (random-start episodes, positions, equity) and the
+        # regime-conditional network; the checkpoint falls mid-episode.
+        pytest.param({"env": None, "n_envs": 2}, id="trading"),
     ],
 )
 def test_resume_in_new_process_is_bitwise_exact(tmp_path: Path, variant: dict) -> None:
     straight = tmp_path / "straight"
-    args = ["--env", "CartPole-v1", "--total-steps", str(2 * K), "--seed", "5", "--no-progress"]
+    variant = dict(variant)
+    env = variant.pop("env", "CartPole-v1")
+    args = ["--total-steps", str(2 * K), "--seed", "5", "--no-progress"]
+    args += ["--env", env] if env else []
     done = foxhunt(
         "train", *args, "--run-dir", str(straight), *sets({**TINY, **variant}), cwd=tmp_path
     )

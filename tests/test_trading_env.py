@@ -430,3 +430,41 @@ def test_augmentation_with_envs_ending_at_different_steps_and_wrappers():
 
     with pytest.raises(ConfigError, match="with a TransformReward around the environment"):
         DQNTrainer(hp.replace(n_envs=1), wrapped)
+
+
+def test_state_round_trip_continues_the_episode_exactly():
+    """get_state/set_state (with the RNG, via foxhunt.envstate) continue mid-episode: the copy
+    steps exactly like the original, through the next random-start reset; bad states are refused
+    naming the field, leaving the env unchanged."""
+    import json
+
+    from foxhunt.envstate import get_env_state, set_env_state
+    from foxhunt.errors import CheckpointError
+
+    cfg = TradingEnvConfig(window=5, episode_length=15)
+    market = make_market(n=150)
+    env, copy = TradingEnv(market, cfg), TradingEnv(market, cfg)
+    env.reset(seed=3)
+    for a in (2, 0, 1, 2, 2, 0):
+        env.step(a)
+    copy.reset(seed=99)
+    state = json.loads(json.dumps(get_env_state(env)))  # through JSON, as in a checkpoint
+    set_env_state(copy, state)
+    for a in [1, 2, 0, 2] * 10:  # past the episode end: the next reset draws from the RNG
+        out_a, out_b = env.step(a), copy.step(a)
+        assert np.array_equal(out_a[0], out_b[0]) and out_a[1:4] == out_b[1:4]
+        if out_a[2] or out_a[3]:
+            assert env.reset()[1]["bar"] == copy.reset()[1]["bar"]
+    before = copy.get_state()
+    for field, value in (
+        ("t", 10_000),
+        ("position_index", 3),
+        ("equity", float("nan")),
+        ("done", 1),
+    ):
+        bad = {**before, field: value}
+        with pytest.raises(CheckpointError, match=f"state {field} must be"):
+            copy.set_state(bad)
+        assert copy.get_state() == before
+    with pytest.raises(CheckpointError, match="must have keys"):
+        copy.set_state({"t": 1})

@@ -254,6 +254,58 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
             "equity": self._equity,
         }
 
+    # -- exact resume -------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """The episode's dynamic state as JSON, so a resumed run continues mid-episode exactly
+        (:mod:`foxhunt.envstate` adds the env's RNG; the market itself is rebuilt from config)."""
+        return {
+            "t": self._t,
+            "steps": self._steps,
+            "position_index": self._pos_index,
+            "equity": self._equity,
+            "done": self._done,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`'s output; checked completely before anything is set (the
+        state comes from a checkpoint file)."""
+        from foxhunt.errors import CheckpointError
+
+        keys = {"t", "steps", "position_index", "equity", "done"}
+        if not isinstance(state, dict) or set(state) != keys:
+            raise CheckpointError(
+                f"checkpoint trading env state must have keys {sorted(keys)}, got: {state!r:.80}"
+            )
+
+        def integer(name: str, lo: int, hi: int) -> int:
+            value = state[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise CheckpointError(
+                    f"checkpoint trading env state {name} must be an integer in {lo}..{hi}, "
+                    f"got: {value!r:.60}"
+                )
+            return value
+
+        t = integer("t", -1, self.last_bar)
+        steps = integer("steps", 0, self.max_steps)
+        position = integer("position_index", 0, self.n_positions - 1)
+        equity, done = state["equity"], state["done"]
+        if (
+            isinstance(equity, bool)
+            or not isinstance(equity, int | float)
+            or not (math.isfinite(equity) and equity >= 0.0)
+        ):
+            raise CheckpointError(
+                f"checkpoint trading env state equity must be a finite number >= 0, got: "
+                f"{equity!r:.60}"
+            )
+        if not isinstance(done, bool):
+            raise CheckpointError(
+                f"checkpoint trading env state done must be a bool, got: {done!r}"
+            )
+        self._t, self._steps, self._pos_index = t, steps, position
+        self._equity, self._done = float(equity), done
+
     # -- gymnasium API ------------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
