@@ -468,3 +468,26 @@ def test_state_round_trip_continues_the_episode_exactly():
         assert copy.get_state() == before
     with pytest.raises(CheckpointError, match="must have keys"):
         copy.set_state({"t": 1})
+
+
+@pytest.mark.parametrize("regimes", [False, True])
+def test_async_vector_envs_train_with_and_without_regimes(regimes):
+    """An AsyncVectorEnv over envs without regimes (CartPole) used to lose its workers to a
+    get_attr('n_regimes'); the regime count now travels in the envs' metadata."""
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    hp = DQNHyperparameters(
+        vector_env="async", n_envs=2, batch_size=8, learning_starts=8, hidden_sizes=(8,),
+        regime_conditional=regimes, eval_interval=0, device="cpu",
+    )  # fmt: skip
+    market = make_market(n=150, n_regimes=3)
+    env = (lambda: TradingEnv(market, TradingEnvConfig(window=5))) if regimes else "CartPole-v1"
+    trainer = DQNTrainer(hp, env)
+    try:
+        assert trainer.agent.online_net.n_regimes == (3 if regimes else 0)
+        for _ in range(30):
+            trainer.collect_step()
+        assert trainer.env_steps == 60
+    finally:
+        trainer.close()

@@ -86,10 +86,12 @@ def make_vector_env(env: EnvLike, n_envs: int, backend: str = "sync") -> gym.vec
 def n_regimes_of(env: gym.Env | gym.vector.VectorEnv) -> int:
     """The number of regime probabilities an environment appends to its observation (0 = none)."""
     if isinstance(env, gym.vector.VectorEnv):
-        try:
-            return int(env.get_attr("n_regimes")[0])
-        except AttributeError:
-            return 0
+        # Vector envs copy the first sub-env's metadata (TradingEnv puts its count there).
+        # get_attr is not used: on an AsyncVectorEnv a missing attribute kills the workers.
+        subs = getattr(env, "envs", None)
+        if subs:  # SyncVectorEnv
+            return int(getattr(subs[0].unwrapped, "n_regimes", 0) or 0)
+        return int((env.metadata or {}).get("n_regimes", 0) or 0)
     return int(getattr(env.unwrapped, "n_regimes", 0) or 0)
 
 

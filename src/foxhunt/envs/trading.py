@@ -206,6 +206,9 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
         self.n_positions = len(self.positions)
         self.n_features = int(self._features.shape[1])
         self.n_regimes = int(self._regimes.shape[1])
+        # Vector envs copy their first env's metadata: the trainer reads the regime count there,
+        # never through get_attr (which breaks an AsyncVectorEnv over envs that lack it).
+        self.metadata = {**type(self).metadata, "n_regimes": self.n_regimes}
         self.window = self.config.window
         n_window = self.window * self.n_features
         self.obs_dim = n_window + self.n_positions + self.n_regimes
