@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +255,43 @@ def test_force_replaces_only_a_run_and_only_after_the_inputs_check(
     assert out.returncode == 0, out.stderr
     config = yaml.safe_load((old / "config.yaml").read_text())
     assert config["hyperparameters"]["seed"] == 7 and config["total_env_steps"] == 300
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ({"env": "CartPole-v1", "total_env_step": 400}, "unknown key 'total_env_step'"),
+        ({"env": "CartPole-v1", "env_kwargs": {"x": 1}}, "unknown key 'env_kwargs'"),
+        ({"hyperparameters": 5}, "hyperparameters must be a mapping"),
+        ({"trading": 5}, "trading must be a mapping"),
+        ({"market": [1]}, "market must be a mapping"),
+        ({"env": 3}, "env must be a Gymnasium id"),
+        ({"env": "CartPole-v1", "total_env_steps": 0}, "total_env_steps"),
+        ({"env": "CartPole-v1", "total_env_steps": True}, "total_env_steps"),
+        ({"env": "CartPole-v1", "total_env_steps": "400"}, "total_env_steps"),
+        (
+            {"hyperparameters": {"gamma": 0.9}, "gamma": 0.5},
+            "gamma is set both at the top level and under hyperparameters",
+        ),
+    ],
+)
+def test_sectioned_config_accounts_for_every_key(tmp_path: Path, content: dict, needle: str):
+    from foxhunt.errors import ConfigError
+    from foxhunt.runs import build_spec
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump(content))
+    with pytest.raises(ConfigError, match=re.escape(needle)) as err:
+        build_spec(config_file=str(cfg))
+    assert "\n" not in str(err.value)
+
+
+def test_sectioned_config_takes_top_level_hyperparameters(tmp_path: Path) -> None:
+    from foxhunt.runs import build_spec
+
+    cfg = tmp_path / "run.yaml"
+    content = {"env": "CartPole-v1", "total_env_steps": 400, "hyperparameters": {"gamma": 0.9}}
+    cfg.write_text(yaml.safe_dump({**content, "learning_rate": 0.005}))
+    spec = build_spec(config_file=str(cfg))
+    assert spec.total_env_steps == 400 and spec.hyperparameters.gamma == 0.9
+    assert spec.hyperparameters.learning_rate == 0.005

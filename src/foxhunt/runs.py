@@ -17,7 +17,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object
 from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
@@ -77,7 +77,7 @@ class RunSpec(BaseModel):
     """Market data and regimes (trading runs)."""
     trading: dict[str, Any] = Field(default_factory=dict)
     """TradingEnvConfig fields (trading runs)."""
-    total_env_steps: int = Field(50_000, gt=0)
+    total_env_steps: StrictInt = Field(50_000, gt=0)
     """Environment steps to train for."""
     hyperparameters: DQNHyperparameters = DQNHyperparameters()
     """The agent's hyperparameters."""
@@ -111,6 +111,47 @@ def preset(name: str, **overrides: Any) -> DQNHyperparameters:
     raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got: {name!r}")
 
 
+_SECTIONS = frozenset({"hyperparameters", "env", "market", "trading", "total_env_steps"})
+
+
+def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(hyperparameters, run sections) of a sectioned config file; every key is accounted for.
+
+    Hyperparameter names may also sit at the top level next to the sections; any other key (a
+    typo such as ``total_env_step``) is refused rather than silently ignored.
+    """
+    hp_names = set(DQNHyperparameters.model_fields)
+    section = raw.get("hyperparameters")
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(
+            f"{config_file}: hyperparameters must be a mapping of names to values, got: "
+            f"{section!r:.60}"
+        )
+    file_hp = dict(section or {})
+    file_run: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "hyperparameters":
+            continue
+        if key in ("market", "trading") and value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{config_file}: {key} must be a mapping, got: {value!r:.60}")
+        if key in ("env",) and value is not None and not isinstance(value, str):
+            raise ConfigError(f"{config_file}: env must be a Gymnasium id, got: {value!r:.60}")
+        if key in _SECTIONS:
+            file_run[key] = value
+        elif key in hp_names:
+            if key in file_hp:
+                raise ConfigError(
+                    f"{config_file}: {key} is set both at the top level and under hyperparameters"
+                )
+            file_hp[key] = value
+        else:
+            raise ConfigError(
+                f"{config_file}: unknown key {key!r} (sections: {', '.join(sorted(_SECTIONS))}; "
+                "or a hyperparameter name)"
+            )
+    return file_hp, file_run
+
+
 def build_spec(
     *,
     env: str | None = None,
@@ -132,9 +173,8 @@ def build_spec(
     file_run: dict[str, Any] = {}
     if config_file is not None:
         raw = load_config_dict(Path(config_file), flatten=False)
-        if set(raw) & {"hyperparameters", "env", "market", "trading", "total_env_steps"}:
-            file_hp = dict(raw.pop("hyperparameters", None) or {})
-            file_run = raw
+        if set(raw) & _SECTIONS:
+            file_hp, file_run = _split_sections(raw, config_file)
             data_in_file = (file_run.get("market") or {}).get("data")
             if isinstance(data_in_file, str) and not Path(data_in_file).is_absolute():
                 # Relative to the config file, so the run does not depend on the working dir.
@@ -182,11 +222,12 @@ def build_spec(
         # Absolute (relative to where the command ran): `foxhunt evaluate` and `resume` may run
         # from another directory. A config file's own relative path was resolved against it above.
         market["data"] = str(Path(market["data"]).resolve())
-    steps = (
-        total_steps
-        or file_run.get("total_env_steps")
-        or DEFAULT_TOTAL_STEPS["trading" if trading else "gym"]
-    )
+    if total_steps is not None:
+        steps = total_steps
+    elif "total_env_steps" in file_run:
+        steps = file_run["total_env_steps"]  # RunSpec refuses 0, negatives, text and booleans
+    else:
+        steps = DEFAULT_TOTAL_STEPS["trading" if trading else "gym"]
     try:
         market_spec = MarketSpec(**market)
     except ValidationError as err:
