@@ -290,6 +290,21 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
         [*GYM[: -len(TINY) - 2], "--run-dir", "full", *TINY],
         ("--run-dir", "full"),
     ),
+    (
+        "force-on-a-non-run-dir",
+        [*GYM[: -len(TINY) - 2], "--run-dir", "full", "--force", *TINY],
+        ("--force replaces only a foxhunt run directory", "full"),
+    ),
+    (
+        "buffer-beyond-memory",  # 16 TB of replay: refused by the allocator on any machine
+        [*GYM, "--set", "buffer_capacity=1000000000000"],
+        ("out of memory", "buffer_capacity", "GiB"),
+    ),
+    (
+        "synth-out-exists",
+        ["data", "synth", "--out", "good.csv"],
+        ("--out already exists", "good.csv"),
+    ),
     ("resume-not-a-run", ["resume", "notarun"], ("config.yaml", "notarun")),
     ("resume-missing-dir", ["resume", "nowhere"], ("not found", "nowhere")),
     ("evaluate-missing-dir", ["evaluate", "nowhere"], ("not found", "nowhere")),

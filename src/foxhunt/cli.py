@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import math
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--seed", type=_non_negative_int("--seed"), default=0)
     s.add_argument("--bars", type=_positive_int("--bars"))
+    s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     ens = sub.add_parser(
         "ensemble", help="train and evaluate ensembles of independently seeded agents"
     )
@@ -350,8 +352,11 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
 
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise ConfigError(f"--out already exists: {out} (choose another path, or --force)")
     config = SyntheticMarketConfig(n_bars=args.bars) if args.bars else None
-    write_synthetic_csv(Path(args.out), config, seed=args.seed)
+    write_synthetic_csv(out, config, seed=args.seed)
     print(f"synthetic market written: {args.out}")
     return 0
 
@@ -435,6 +440,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = err.strerror or _one_line(err)
         print(f"foxhunt: error: {what}{where}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except MemoryError:
+        print(f"foxhunt: error: {_OUT_OF_MEMORY}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as err:
+        # Two resource failures that other libraries raise as their own types: the allocator
+        # refusing a size the settings asked for, and safetensors meeting a full disk.
+        text = _one_line(err)
+        if isinstance(err, RuntimeError) and "can't allocate memory" in text:
+            size = re.search(r"allocate (\d+) bytes", text)
+            asked = f" (one allocation of {int(size.group(1)) / 2**30:.1f} GiB)" if size else ""
+            print(f"foxhunt: error: {_OUT_OF_MEMORY}{asked}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        if type(err).__name__ == "SafetensorError" and "No space left on device" in text:
+            print("foxhunt: error: No space left on device (writing a checkpoint)", file=sys.stderr)
+            return EXIT_USER_ERROR
+        raise
+
+
+_OUT_OF_MEMORY = (
+    "out of memory: lower buffer_capacity, batch_size, hidden_sizes or n_envs (or --bars)"
+)
 
 
 def _one_line(err: BaseException) -> str:
