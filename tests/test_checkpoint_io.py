@@ -666,3 +666,17 @@ def test_sigkill_during_saves_always_leaves_a_consistent_latest(tmp_path: Path) 
         previous = step
         for _, final in manager.checkpoints():  # no partial directory has a final name
             verify_checkpoint(final)
+
+
+def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path: Path) -> None:
+    """mkstemp's 0600 is not kept: run files are as readable as the user's umask allows."""
+    import os
+
+    from foxhunt._io import _FILE_MODE, atomic_write_text
+
+    atomic_write_text(tmp_path / "a.json", "{}")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    mode = (tmp_path / "a.json").stat().st_mode & 0o777
+    assert mode == plain.stat().st_mode & 0o777 == _FILE_MODE
+    assert not list(tmp_path.glob(".*.tmp")) and os.access(tmp_path / "a.json", os.R_OK)

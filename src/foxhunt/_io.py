@@ -22,12 +22,25 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it; set straight back (once, at import)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_read_umask()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to a temp file in the same directory, fsync it, then ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask) so
+        # run files stay readable by whoever the user's umask allows, like every other file.
+        if hasattr(os, "fchmod"):  # POSIX
+            os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
