@@ -295,3 +295,13 @@ def test_sectioned_config_takes_top_level_hyperparameters(tmp_path: Path) -> Non
     spec = build_spec(config_file=str(cfg))
     assert spec.total_env_steps == 400 and spec.hyperparameters.gamma == 0.9
     assert spec.hyperparameters.learning_rate == 0.005
+
+
+def test_evaluate_refuses_trading_options_on_a_gymnasium_run(run: Path, tmp_path: Path) -> None:
+    for extra, needle in (
+        (["--data", "prices.csv"], "--data applies to trading runs"),
+        (["--split", "bogus"], "--split applies to trading runs"),
+    ):
+        out = foxhunt("evaluate", str(run), *extra, cwd=tmp_path)
+        assert out.returncode == 2 and needle in out.stderr and "'CartPole-v1'" in out.stderr
+        assert "Traceback" not in out.stderr

@@ -406,3 +406,10 @@ def test_gym_fallback_replaces_uncertain_actions(tmp_path):
     assert e["max_chosen_std"] == pytest.approx(0.25, abs=1e-6)
     without = evaluate_ensemble(run, episodes=2)
     assert without["mean_return"] > out["mean_return"]
+
+
+def test_cli_evaluate_refuses_model_on_an_ensemble(trading_ensemble, capsys):
+    from foxhunt.cli import main
+
+    assert main(["evaluate", str(trading_ensemble), "--model", "best"]) == 2
+    assert "--model applies to single runs" in capsys.readouterr().err

@@ -119,10 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="backtest a trained trading agent; writes RUN_DIR/backtest")
     e.add_argument("run_dir")
     e.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
-    e.add_argument("--split", default="test", help="train, validation, test or all (default test)")
+    e.add_argument("--split", help="train, validation, test or all (default test)")
     e.add_argument(
         "--model",
-        default="final",
+        default=None,
         choices=("best", "final"),
         help="final: weights at the end of training (default); best: weights of the best "
         "evaluation during training (model selection on the validation span)",
@@ -309,8 +309,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if (Path(args.run_dir) / "ensemble.json").is_file():
         from foxhunt.ensemble import evaluate_ensemble
 
+        if args.model is not None:
+            raise ConfigError(
+                f"--model applies to single runs; {args.run_dir} is an ensemble (its members' "
+                "final weights are used)"
+            )
         out = evaluate_ensemble(
-            Path(args.run_dir), split=args.split, data=args.data, episodes=args.episodes
+            Path(args.run_dir), split=args.split or "test", data=args.data, episodes=args.episodes
         )
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -318,7 +323,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         Path(args.run_dir),
         data=args.data,
         split=args.split,
-        model=args.model,
+        model=args.model or "final",
         episodes=args.episodes,
     )
     print(json.dumps(out, indent=2, default=str))

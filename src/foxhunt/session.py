@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from foxhunt._io import atomic_write_text
-from foxhunt.errors import FoxhuntError, TrainingHalted
+from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
 from foxhunt.runs import RunSpec, load_model, load_spec, make_envs, model_policy, save_model
 from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
 
@@ -172,23 +172,31 @@ def evaluate_run(
     run_dir: Path,
     *,
     data: str | None = None,
-    split: str = "test",
+    split: str | None = None,
     episodes: int = 10,
     model: str = "final",
 ) -> dict[str, Any]:
     """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run.
 
     ``model`` picks the best-evaluated weights (model selection on the validation span) or the
-    final ones.
+    final ones. ``data`` and ``split`` (default test) apply to trading runs only: a Gymnasium
+    run refuses them rather than ignore them.
     """
     spec = load_spec(run_dir)
+    if not spec.is_trading:
+        for name, value in (("--data", data), ("--split", split)):
+            if value is not None:
+                raise ConfigError(
+                    f"{name} applies to trading runs; {run_dir} trained on {spec.env!r}, got: "
+                    f"{value!r}"
+                )
     agent = load_model(run_dir, model)
     act = model_policy(agent)
     if not spec.is_trading:
         out = gym_evaluation(spec, act, episodes)
         atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
         return out
-    return backtest_run(run_dir, spec, act, data=data, split=split)
+    return backtest_run(run_dir, spec, act, data=data, split=split or "test")
 
 
 def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
