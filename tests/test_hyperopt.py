@@ -181,8 +181,33 @@ def test_health_monitor_halt_prunes_with_reason() -> None:
     assert t.user_attrs["pruned_reason"].startswith("training halted:")
 
 
+def test_names_the_user_fixed_are_not_searched() -> None:
+    """--set values stay as set: only the other names are suggested (FixedTrial raises on a
+    suggestion it was not given, so the missing keys prove they were never asked for)."""
+    base = DQNHyperparameters(batch_size=16, learning_rate=5e-4, n_step=5, hidden_sizes=(64,))
+    sampled = {
+        "gradient_accumulation_steps": 2,
+        "gamma": 0.99,
+        "target_update_interval": 10,
+        "max_grad_norm": 1.0,
+        "dueling": True,
+        "prioritized_replay": False,
+        "exploration_fraction": 0.2,
+        "train_freq": 8,
+        "hidden_width": 128,
+    }
+    fixed = frozenset({"batch_size", "learning_rate", "n_step"})
+    p = search_space(optuna.trial.FixedTrial(sampled), base, fixed)
+    assert (p["batch_size"], p["learning_rate"], p["n_step"]) == (16, 5e-4, 5)
+    assert p["hidden_sizes"] == (128,) and p["gamma"] == 0.99
+    with pytest.raises(ValueError, match="batch_size"):  # unfixed, it is searched (and missing)
+        search_space(optuna.trial.FixedTrial(sampled), base, fixed - {"batch_size"})
+    p = search_space(optuna.trial.FixedTrial(sampled), base, fixed | {"hidden_sizes"})
+    assert p["hidden_sizes"] == (64,)
+
+
 def test_invalid_sample_is_pruned_not_crashed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hyperopt, "search_space", lambda trial, base: {"batch_size": 0})
+    monkeypatch.setattr(hyperopt, "search_space", lambda trial, base, fixed: {"batch_size": 0})
     study = optuna.create_study(direction="maximize")
     study.optimize(lambda t: objective(t, tiny_spec()), n_trials=1)
     (t,) = study.trials

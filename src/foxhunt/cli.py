@@ -349,6 +349,8 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         sampler_seed=args.sampler_seed,
         run_dir=Path(args.run_dir) if args.run_dir else None,
+        # What the user set explicitly stays as set; the search tunes the rest.
+        fixed={k for k in _overrides(args.overrides) if "." not in k},
     )
     print(json.dumps(best, indent=2))
     return 0

@@ -19,6 +19,7 @@ import io
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,13 @@ _ATTR_TASK = "foxhunt_task"
 
 
 # --- search space
-def search_space(trial: optuna.Trial, base: DQNHyperparameters) -> dict[str, Any]:
+def search_space(
+    trial: optuna.Trial, base: DQNHyperparameters, fixed: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """Suggest hyperparameters around ``base``; returns the fields to change on it.
+
+    Names in ``fixed`` (what the user set with ``--set``) keep the base's value: a search never
+    overrides a choice the user made explicitly.
 
     The space is built so every sample validates against ``base``: ``learning_starts`` and
     ``buffer_capacity`` are raised to the effective batch when it outgrows them. Batch sizes and
@@ -81,36 +87,48 @@ def search_space(trial: optuna.Trial, base: DQNHyperparameters) -> dict[str, Any
     widest = max(base.hidden_sizes)
     width_choices = sorted({max(1, widest // 2), widest, 2 * widest})
 
-    params: dict[str, Any] = {
-        "learning_rate": trial.suggest_float("learning_rate", 1e-5, 1e-2, log=True),
-        "batch_size": trial.suggest_categorical("batch_size", batch_choices),
-        "gradient_accumulation_steps": trial.suggest_categorical(
-            "gradient_accumulation_steps", list(ACCUMULATION_STEPS)
-        ),
-        "gamma": trial.suggest_categorical("gamma", list(GAMMAS)),
-        "target_update_interval": trial.suggest_categorical(
-            "target_update_interval", list(TARGET_UPDATE_INTERVALS)
-        ),
-        "max_grad_norm": trial.suggest_float("max_grad_norm", 0.1, 100.0, log=True),
-        "n_step": trial.suggest_categorical("n_step", list(N_STEPS)),
-        "dueling": trial.suggest_categorical("dueling", [False, True]),
-        "prioritized_replay": trial.suggest_categorical("prioritized_replay", [False, True]),
-    }
+    params: dict[str, Any] = {}
+
+    def pick(name: str, suggest: Callable[[], Any]) -> None:
+        params[name] = getattr(base, name) if name in fixed else suggest()
+
+    pick("learning_rate", lambda: trial.suggest_float("learning_rate", 1e-5, 1e-2, log=True))
+    pick("batch_size", lambda: trial.suggest_categorical("batch_size", batch_choices))
+    pick(
+        "gradient_accumulation_steps",
+        lambda: trial.suggest_categorical("gradient_accumulation_steps", list(ACCUMULATION_STEPS)),
+    )
+    pick("gamma", lambda: trial.suggest_categorical("gamma", list(GAMMAS)))
+    pick(
+        "target_update_interval",
+        lambda: trial.suggest_categorical("target_update_interval", list(TARGET_UPDATE_INTERVALS)),
+    )
+    pick("max_grad_norm", lambda: trial.suggest_float("max_grad_norm", 0.1, 100.0, log=True))
+    pick("n_step", lambda: trial.suggest_categorical("n_step", list(N_STEPS)))
+    pick("dueling", lambda: trial.suggest_categorical("dueling", [False, True]))
+    pick(
+        "prioritized_replay",
+        lambda: trial.suggest_categorical("prioritized_replay", [False, True]),
+    )
     if not base.noisy_nets:  # noisy nets explore by themselves; epsilon is 0 throughout
-        params["exploration_fraction"] = trial.suggest_float("exploration_fraction", 0.05, 0.5)
+        pick(
+            "exploration_fraction",
+            lambda: trial.suggest_float("exploration_fraction", 0.05, 0.5),
+        )
 
-    train_freq = trial.suggest_categorical("train_freq", list(TRAIN_FREQS))
+    pick("train_freq", lambda: trial.suggest_categorical("train_freq", list(TRAIN_FREQS)))
     ratio = base.gradient_steps / base.train_freq
-    params["train_freq"] = train_freq
-    params["gradient_steps"] = max(1, round(train_freq * ratio))
+    pick("gradient_steps", lambda: max(1, round(params["train_freq"] * ratio)))
 
-    width = trial.suggest_categorical("hidden_width", width_choices)
-    scale = width / widest
-    params["hidden_sizes"] = tuple(max(1, round(h * scale)) for h in base.hidden_sizes)
+    def widths() -> tuple[int, ...]:
+        scale = trial.suggest_categorical("hidden_width", width_choices) / widest
+        return tuple(max(1, round(h * scale)) for h in base.hidden_sizes)
+
+    pick("hidden_sizes", widths)
 
     eff = params["batch_size"] * params["gradient_accumulation_steps"]
-    params["learning_starts"] = max(base.learning_starts, eff)
-    params["buffer_capacity"] = max(base.buffer_capacity, eff)
+    pick("learning_starts", lambda: max(base.learning_starts, eff))
+    pick("buffer_capacity", lambda: max(base.buffer_capacity, eff))
     return params
 
 
@@ -130,7 +148,11 @@ def _prune(trial: optuna.Trial, reason: str) -> optuna.TrialPruned:
 
 # --- objective
 def objective(
-    trial: optuna.Trial, spec: RunSpec, *, envs: tuple[Any, Any, Any] | None = None
+    trial: optuna.Trial,
+    spec: RunSpec,
+    *,
+    envs: tuple[Any, Any, Any] | None = None,
+    fixed: frozenset[str] = frozenset(),
 ) -> float:
     """Train one sampled configuration for ``spec.total_env_steps``; return its greedy return.
 
@@ -144,7 +166,7 @@ def objective(
     seed = trial_seed(base.seed, trial.number)
     trial.set_user_attr(_ATTR_SEED, seed)
     try:
-        hp = base.replace(**search_space(trial, base), seed=seed)
+        hp = base.replace(**search_space(trial, base, fixed), seed=seed)
     except ConfigError as err:
         raise _prune(trial, f"invalid configuration: {err}") from None
     trial.set_user_attr(_ATTR_HP, hp.to_dict())
@@ -339,8 +361,11 @@ def run_hyperopt(
     study_name: str = "foxhunt",
     run_dir: str | Path | None = None,
     sampler_seed: int | None = None,
+    fixed: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, Any]:
     """Run ``n_trials`` trials in this process against the (possibly shared) study.
+
+    ``fixed``: hyperparameter names the search leaves at ``spec``'s values (``--set`` ones).
 
     With ``storage`` every process that runs the same call joins one study (that is how search
     scales out); ``n_trials`` counts this process's trials. Give each process its own
@@ -358,7 +383,11 @@ def run_hyperopt(
 
     envs = make_envs(spec)  # validates the environment / market before any trial starts
     study = _open_study(spec, storage, study_name, sampler_seed)
-    study.optimize(lambda t: objective(t, spec, envs=envs), n_trials=n_trials)
+    unknown = sorted(set(fixed) - set(DQNHyperparameters.model_fields))
+    if unknown:
+        raise ConfigError(f"fixed names unknown hyperparameter(s): {', '.join(unknown)}")
+    frozen = frozenset(fixed)
+    study.optimize(lambda t: objective(t, spec, envs=envs, fixed=frozen), n_trials=n_trials)
 
     trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name for t in trials)
