@@ -227,3 +227,20 @@ def test_health_state_round_trip(hp_factory) -> None:
     other.load_state(mon.state_json())
     assert other.state_json() == mon.state_json()
     assert other.count("q_divergence") == 1 and other.max_abs_reward == 4.0
+
+
+def test_skipped_steps_do_not_drag_the_logged_gradient_norm(hp_factory, toy_env_cls) -> None:
+    """A metrics row averages the norms of the steps that had one: skipped (non-finite) steps
+    neither count as 0 nor enter the divisor; a window of only skipped steps reads nan."""
+    trainer = _trainer(hp_factory, toy_env_cls)
+    try:
+        step = {"loss": 1.0, "clipped": 0.0, "q_mean": 0.0}
+        for pre, post in ((4.0, 2.0), (math.nan, math.nan), (8.0, 4.0), (math.inf, math.nan)):
+            trainer._accumulate({**step, "grad_norm_pre_clip": pre, "grad_norm_post_clip": post})
+        row = trainer._emit_row()
+        assert row["grad_norm_pre_clip"] == 6.0 and row["grad_norm_post_clip"] == 3.0
+        trainer._accumulate({**step, "grad_norm_pre_clip": math.nan, "grad_norm_post_clip": 1.0})
+        row = trainer._emit_row()
+        assert math.isnan(row["grad_norm_pre_clip"]) and math.isnan(row["grad_norm_post_clip"])
+    finally:
+        trainer.close()

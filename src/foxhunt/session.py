@@ -91,6 +91,14 @@ def run_training(
     from foxhunt.logging import MetricLogger
 
     info = distributed.current()
+    hp = spec.hyperparameters
+    if hp.learning_starts >= spec.total_env_steps:
+        log.warning(
+            "learning_starts %d >= total env steps %d: no optimizer step will run and the saved "
+            "model is the untrained one (raise --total-steps or lower learning_starts)",
+            hp.learning_starts,
+            spec.total_env_steps,
+        )
     trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
     if not info.is_main:  # data-parallel worker: trains in lockstep, writes nothing
         try:
@@ -103,7 +111,6 @@ def run_training(
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
     trainer.logger = MetricLogger(run_dir)
     trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
-    hp = spec.hyperparameters
     log.info(
         "training %s for %d env steps; effective batch size %d",
         spec.env or "trading",

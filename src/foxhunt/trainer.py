@@ -127,6 +127,7 @@ class _Window:
     loss: float = 0.0
     pre: float = 0.0
     post: float = 0.0
+    stepped: int = 0  # updates whose gradient norm was finite (skipped steps have none)
     clipped: int = 0
     q_mean: float = 0.0
     returns: list[float] = field(default_factory=list)
@@ -564,8 +565,12 @@ class DQNTrainer:
         w = self._window
         w.updates += 1
         w.loss += m["loss"]
-        w.pre += m["grad_norm_pre_clip"] if math.isfinite(m["grad_norm_pre_clip"]) else 0.0
-        w.post += m["grad_norm_post_clip"] if math.isfinite(m["grad_norm_post_clip"]) else 0.0
+        if math.isfinite(m["grad_norm_pre_clip"]) and math.isfinite(m["grad_norm_post_clip"]):
+            # The norms average over the steps that had one: a skipped (non-finite) step adds
+            # neither a zero nor a count, so it cannot drag the reported norm down.
+            w.stepped += 1
+            w.pre += m["grad_norm_pre_clip"]
+            w.post += m["grad_norm_post_clip"]
         w.clipped += int(m["clipped"])
         w.q_mean += m["q_mean"]
 
@@ -582,8 +587,8 @@ class DQNTrainer:
             "episode_return": float(np.mean(w.returns)) if w.returns else None,
             "episode_length": float(np.mean(w.lengths)) if w.lengths else None,
             "loss": w.loss / u if u else None,
-            "grad_norm_pre_clip": w.pre / u if u else None,
-            "grad_norm_post_clip": w.post / u if u else None,
+            "grad_norm_pre_clip": (w.pre / w.stepped if w.stepped else math.nan) if u else None,
+            "grad_norm_post_clip": (w.post / w.stepped if w.stepped else math.nan) if u else None,
             "clipped": w.clipped,
             "clip_rate": w.clipped / u if u else None,
             "q_mean": w.q_mean / u if u else None,
