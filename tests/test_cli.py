@@ -305,3 +305,22 @@ def test_evaluate_refuses_trading_options_on_a_gymnasium_run(run: Path, tmp_path
         out = foxhunt("evaluate", str(run), *extra, cwd=tmp_path)
         assert out.returncode == 2 and needle in out.stderr and "'CartPole-v1'" in out.stderr
         assert "Traceback" not in out.stderr
+
+
+def test_a_run_in_use_is_not_resumed_or_replaced(run: Path, tmp_path: Path) -> None:
+    """While one process trains in a run directory (it holds the run's lock), a second resume
+    or train --force into it is refused in one line and leaves the files alone."""
+    import shutil
+
+    from foxhunt.session import run_lock
+
+    live = tmp_path / "live"
+    shutil.copytree(run, live)
+    before = sorted(p.relative_to(live) for p in live.rglob("*"))
+    with run_lock(live):  # stands in for the training process
+        out = foxhunt("resume", str(live), "--total-steps", "5000", cwd=tmp_path)
+        assert out.returncode == 2 and "is in use by another foxhunt process" in out.stderr
+        out = foxhunt("train", "--env", "CartPole-v1", "--run-dir", "live", "--force", cwd=tmp_path)
+        assert out.returncode == 2 and "is in use by another foxhunt process" in out.stderr
+    after = sorted(p.relative_to(live) for p in live.rglob("*") if p.name != ".foxhunt.lock")
+    assert after == [p for p in before if p.name != ".foxhunt.lock"]

@@ -6,10 +6,11 @@ built *before* the run directory is created, so a bad input leaves no partial ou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,47 @@ from foxhunt.runs import RunSpec, load_model, load_spec, make_envs, model_policy
 from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
 
 log = logging.getLogger("foxhunt.session")
+
+
+try:  # POSIX advisory locks; elsewhere a second writer is not detected.
+    import fcntl as _fcntl
+except ImportError:  # pragma: no cover - Windows
+    _fcntl = None  # type: ignore[assignment]
+
+_LOCK_FILE = ".foxhunt.lock"
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir`` for one training process from start to end.
+
+    A second ``train --force``, ``resume`` or ``train`` into the same directory while one is
+    running is refused in one line instead of overwriting (or deleting) the live run's files.
+    The lock is the kernel's (``flock``), so a killed process releases it.
+    """
+    if _fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / _LOCK_FILE, "a+") as fh:
+        try:
+            _fcntl.flock(fh.fileno(), _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FoxhuntError(
+                f"run directory {run_dir} is in use by another foxhunt process; wait for it "
+                "to finish or stop it first"
+            ) from None
+        try:
+            yield
+        finally:
+            _fcntl.flock(fh.fileno(), _fcntl.LOCK_UN)
+
+
+def assert_not_in_use(run_dir: Path) -> None:
+    """Refuse when another process holds ``run_dir`` (checked before ``--force`` deletes it)."""
+    if (run_dir / _LOCK_FILE).is_file():
+        with run_lock(run_dir):
+            pass
 
 
 class TrainerCheckpointer:
@@ -88,7 +130,6 @@ def run_training(
     is written: ``foxhunt train --force`` removes the old run there, so a bad input keeps it.
     """
     from foxhunt import distributed
-    from foxhunt.logging import MetricLogger
 
     info = distributed.current()
     hp = spec.hyperparameters
@@ -106,8 +147,16 @@ def run_training(
         finally:
             trainer.close()
     if before_write is not None:
+        assert_not_in_use(run_dir)
         before_write()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir):
+        return _fresh_run(trainer, spec, run_dir, progress)
+
+
+def _fresh_run(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
+    from foxhunt.logging import MetricLogger
+
+    hp = spec.hyperparameters
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
     trainer.logger = MetricLogger(run_dir)
     trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
@@ -129,11 +178,18 @@ def resume_training(
     run_dir: Path, *, total_steps: int | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Continue ``run_dir`` from its latest checkpoint, exactly as if it had never stopped."""
+    spec = load_spec(run_dir)
+    with run_lock(run_dir):
+        return _resume(run_dir, spec, total_steps, progress)
+
+
+def _resume(
+    run_dir: Path, spec: RunSpec, total_steps: int | None, progress: bool
+) -> dict[str, Any]:
     from foxhunt.checkpoint import CheckpointManager, CheckpointWarning
     from foxhunt.errors import CheckpointError
     from foxhunt.logging import MetricLogger
 
-    spec = load_spec(run_dir)
     manager = CheckpointManager(run_dir, keep_last=spec.hyperparameters.keep_checkpoints)
     # The manager reports skipped (corrupted) checkpoints as warnings; turn them into one log line,
     # or into the error itself when no checkpoint verifies, so the user sees why in one line.

@@ -720,6 +720,7 @@ def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[st
                 "loss": w.loss,
                 "pre": w.pre,
                 "post": w.post,
+                "stepped": w.stepped,
                 "clipped": w.clipped,
                 "q_mean": w.q_mean,
                 "returns": w.returns,
@@ -933,6 +934,16 @@ def _check_state(
                 f"checkpoint state field replay.max_priority must be greater than 0, got: {mp}"
             )
     env_steps = values["loop.env_steps"]
+    stepped = state["loop"]["window"].get("stepped", values["loop.window.updates"])
+    if (
+        isinstance(stepped, bool)
+        or not isinstance(stepped, int)
+        or not 0 <= stepped <= values["loop.window.updates"]
+    ):
+        raise CheckpointError(
+            "checkpoint state field loop.window.stepped must be an integer in "
+            f"0..{values['loop.window.updates']}, got: {stepped!r}"
+        )
     if values["loop.train_rounds"] > env_steps // hp_.train_freq:
         raise CheckpointError(
             f"checkpoint state field loop.train_rounds must be at most env_steps "
@@ -1112,6 +1123,7 @@ def _apply_state(
         loss=w["loss"],
         pre=w["pre"],
         post=w["post"],
+        stepped=w.get("stepped", w["updates"]),  # checkpoints from before it counted every update
         clipped=w["clipped"],
         q_mean=w["q_mean"],
         returns=list(w["returns"]),
