@@ -310,6 +310,13 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
     ("evaluate-missing-dir", ["evaluate", "nowhere"], ("not found", "nowhere")),
     ("evaluate-episodes-0", ["evaluate", "notarun", "--episodes", "0"], ("--episodes", "0")),
     ("report-no-metrics", ["report", "notarun"], ("metrics.csv", "notarun")),
+    ("market-unknown-key", [*TRADE, "--set", "market.foo=1"], ("unknown setting", "'market.foo'")),
+    ("trading-window-0", [*TRADE, "--set", "trading.window=0"], ("trading.window", "0")),
+    (
+        "no-validation-span",
+        [*TRADE, "--set", "market.validation_fraction=0"],
+        ("market.validation_fraction=0", "validation bars"),
+    ),
     # market-data files (foxhunt.markets.data validation, on the trading path)
     ("data-missing", [*TRADE, "--data", "missing.csv"], ("--data", "missing.csv")),
     ("data-empty-path", [*TRADE, "--data", ""], ("--data must be a file path",)),

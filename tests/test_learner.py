@@ -482,6 +482,12 @@ def test_act_and_evaluation_mode(hp_factory, agent_factory) -> None:
     assert agent.online_net.training
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to CUDA here")
+def test_fp16_with_auto_device_on_a_cpu_machine_is_refused(hp_factory, agent_factory) -> None:
+    with pytest.raises(ConfigError, match=r"fp16' needs a CUDA device.*resolved to cpu"):
+        agent_factory(hp_factory(mixed_precision="fp16", device="auto"))
+
+
 def test_resolve_device_and_optimizers(hp_factory, agent_factory) -> None:
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")

@@ -95,6 +95,8 @@ def assert_same_weights(a: Path, b: Path) -> int:
         # The default agent: the trading env (random-start episodes, positions, equity) and the
         # regime-conditional network; the checkpoint falls mid-episode.
         pytest.param({"env": None, "n_envs": 2}, id="trading"),
+        # Toy text: a Discrete observation (one-hot encoded) and state kept in ``s``.
+        pytest.param({"env": "FrozenLake-v1"}, id="frozenlake"),
     ],
 )
 def test_resume_in_new_process_is_bitwise_exact(tmp_path: Path, variant: dict) -> None:

@@ -72,7 +72,8 @@ def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
         elif kind == "literal_error":
             msg = f"{field} must be one of {ctx.get('expected')}, got: {value!r}"
         elif kind == "extra_forbidden":
-            msg = f"unknown hyperparameter {field!r} (value {value!r})"
+            what = "setting" if prefix else "hyperparameter"
+            msg = f"unknown {what} {field!r} (value {value!r})"
         elif kind == "value_error":
             msg = str(ctx.get("error", e["msg"]))
         else:

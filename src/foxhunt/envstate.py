@@ -15,7 +15,9 @@ import gymnasium as gym
 import numpy as np
 
 _WRAPPER_ATTRS = ("_elapsed_steps", "_has_reset", "_disable_render_order_enforcing")
-_BASE_ATTRS = ("state", "steps_beyond_terminated", "steps_beyond_done")
+# Classic control keeps its dynamics in ``state``; toy text (FrozenLake, Taxi, CliffWalking) in
+# ``s`` and ``lastaction``.
+_BASE_ATTRS = ("state", "s", "lastaction", "steps_beyond_terminated", "steps_beyond_done")
 
 
 def _encode(value: Any) -> Any:
@@ -58,7 +60,7 @@ def get_env_state(env: gym.Env) -> dict[str, Any] | None:
         base_state: dict[str, Any] = {"custom": base.get_state()}
     else:
         attrs = {a: _encode(getattr(base, a)) for a in _BASE_ATTRS if hasattr(base, a)}
-        if "state" not in attrs:
+        if "state" not in attrs and "s" not in attrs:
             return None
         base_state = {"attrs": attrs}
     rng = getattr(base, "_np_random", None)

@@ -208,10 +208,19 @@ class DQNAgent:
                 f"action space must be Discrete, got: {action_space} (DQN needs discrete actions)"
             )
         if not isinstance(observation_space, gym.spaces.Box):
-            raise ConfigError(f"observation space must be a Box, got: {observation_space}")
+            raise ConfigError(
+                f"observation space must be a Box, got: {observation_space} (pass the env id, "
+                "or wrap a Discrete one in foxhunt.envs.gym_envs.OneHotObservation)"
+            )
         hp = hyperparameters
         self.hp = hp
         self.device = resolve_device(hp.device)
+        if hp.mixed_precision == "fp16" and self.device.type != "cuda":
+            # device=auto resolved to a machine without CUDA: the same refusal as device=cpu.
+            raise ConfigError(
+                f"mixed_precision 'fp16' needs a CUDA device, got: device={hp.device!r} "
+                f"(resolved to {self.device.type}; use 'bf16' on CPU)"
+            )
         self.n_actions = int(action_space.n)
         self.obs_dim = int(np.prod(observation_space.shape))
         if hp.regime_conditional and n_regimes < 1:

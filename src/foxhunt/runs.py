@@ -323,6 +323,12 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
             f"market has {n} bars: too few for train_fraction={m.train_fraction} and "
             f"window={config.window}"
         )
+    if val_end - train_end < 3:
+        raise ConfigError(
+            f"market.validation_fraction={m.validation_fraction} leaves {val_end - train_end} "
+            f"validation bars of {n}; the agent is evaluated there during training and needs "
+            "at least 3"
+        )
     market = prepare_market(
         df,
         train_end=train_end,
@@ -356,16 +362,17 @@ def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
         return setup.train_env, setup.eval_env("validation"), setup
     env_id = spec.env
     assert env_id is not None
-    try:
-        probe = gym.make(env_id)
-    except gym.error.Error as err:
-        raise ConfigError(
-            f"env must be a registered Gymnasium id, got: {env_id!r} ({str(err).splitlines()[0]})"
-        ) from None
-    space = probe.action_space
+    from foxhunt.envs.gym_envs import make_gym_env
+
+    probe = make_gym_env(env_id)
+    space, obs_space = probe.action_space, probe.observation_space
     probe.close()
     if not isinstance(space, gym.spaces.Discrete):
         raise ConfigError(f"--env {env_id!r} must have a Discrete action space, got: {space}")
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ConfigError(
+            f"--env {env_id!r} must have a Box or Discrete observation space, got: {obs_space}"
+        )
     return env_id, env_id, None
 
 

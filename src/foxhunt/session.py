@@ -264,9 +264,10 @@ def evaluate_run(
 
 def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
     """Greedy returns of ``act`` on the run's Gymnasium env, on seeds shared by every evaluator."""
-    import gymnasium as gym
 
-    env = gym.make(spec.env)  # type: ignore[arg-type]
+    from foxhunt.envs.gym_envs import make_gym_env
+
+    env = make_gym_env(spec.env)  # type: ignore[arg-type]
     seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
     try:
         returns = episode_returns(env, act, seeds)

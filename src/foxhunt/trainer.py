@@ -52,13 +52,9 @@ def _env_factory(env: EnvLike) -> Callable[[], gym.Env]:
         env_id = env
 
         def make() -> gym.Env:
-            try:
-                return gym.make(env_id)
-            except gym.error.Error as err:
-                raise ConfigError(
-                    f"env must be a registered Gymnasium id, got: {env_id!r} "
-                    f"({str(err).splitlines()[0]})"
-                ) from None
+            from foxhunt.envs.gym_envs import make_gym_env
+
+            return make_gym_env(env_id)
 
         return make
     if isinstance(env, gym.Env):

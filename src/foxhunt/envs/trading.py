@@ -70,7 +70,8 @@ class TradingEnvConfig(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise ConfigError(_one_line(exc, type(self).__name__)) from None
+            # Named as users set it: trading.window (--set, config files), not the class.
+            raise ConfigError(_one_line(exc, "trading")) from None
 
     @field_validator("positions")
     @classmethod
