@@ -324,3 +324,26 @@ def test_a_run_in_use_is_not_resumed_or_replaced(run: Path, tmp_path: Path) -> N
         assert out.returncode == 2 and "is in use by another foxhunt process" in out.stderr
     after = sorted(p.relative_to(live) for p in live.rglob("*") if p.name != ".foxhunt.lock")
     assert after == [p for p in before if p.name != ".foxhunt.lock"]
+
+
+def test_resume_refuses_a_config_that_builds_another_environment(run: Path, tmp_path: Path):
+    """config.yaml edited after the checkpoint (another env, market seed, data file...): the
+    resume would silently continue on other data, so it is refused naming the setting."""
+    import shutil
+
+    from foxhunt.errors import FoxhuntError
+    from foxhunt.runs import build_spec
+    from foxhunt.session import _check_same_environment, _run_sections
+
+    edited = tmp_path / "edited"
+    shutil.copytree(run, edited)
+    config = yaml.safe_load((edited / "config.yaml").read_text())
+    config["env"] = "Acrobot-v1"
+    (edited / "config.yaml").write_text(yaml.safe_dump(config))
+    out = foxhunt("resume", str(edited), "--total-steps", "5000", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "env is 'Acrobot-v1' but the checkpoint was trained with 'CartPole-v1'" in out.stderr
+    saved = {"run": _run_sections(build_spec())}
+    _check_same_environment(edited, build_spec(), saved)  # unchanged: accepted
+    with pytest.raises(FoxhuntError, match=r"market.synthetic_seed is 4 but .* with 0"):
+        _check_same_environment(edited, build_spec(overrides={"market.synthetic_seed": 4}), saved)

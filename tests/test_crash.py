@@ -242,6 +242,7 @@ def test_ctrl_c_checkpoint_resumes_exactly(tmp_path: Path, reference: Reference)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130 and "Traceback" not in err, err
+        assert f"checkpoint saved: continue with `foxhunt resume {run_dir}`" in err, err
     done = subprocess.run(
         cli("resume", str(run_dir), "--no-progress"),
         env=env(),

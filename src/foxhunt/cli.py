@@ -256,10 +256,12 @@ def _prepare_run_dir(path: Path, force: bool) -> bool:
     if not (path.is_dir() and any(path.iterdir())):
         return False
     if not force:
-        raise ConfigError(
-            f"--run-dir already holds files: {path} (use `foxhunt resume "
-            f"{path}`, another --run-dir, or --force)"
+        hint = (
+            f"use `foxhunt resume {path}`, another --run-dir, or --force"
+            if (path / "checkpoints" / "latest.json").is_file()
+            else "it has no checkpoint to resume: another --run-dir, or --force to replace it"
         )
+        raise ConfigError(f"--run-dir already holds files: {path} ({hint})")
     resolved, cwd = path.resolve(), Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents or resolved == Path.home().resolve():
         raise ConfigError(f"--force would delete {path} (the working or home directory); refused")
@@ -439,8 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FoxhuntError as err:
         print(f"foxhunt: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("foxhunt: interrupted (a checkpoint was saved when one was due)", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        print(f"foxhunt: {_interrupted(err, args)}", file=sys.stderr)
         return 130
     except OSError as err:  # the filesystem said no: a path the user chose, a full disk
         where = f": {err.filename}" if err.filename else ""
@@ -468,6 +470,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 _OUT_OF_MEMORY = (
     "out of memory: lower buffer_capacity, batch_size, hidden_sizes or n_envs (or --bars)"
 )
+
+
+def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace) -> str:
+    """What a Ctrl-C left behind, and what to run next."""
+    from foxhunt.trainer import TrainingInterrupted
+
+    if isinstance(err, TrainingInterrupted) and err.checkpoint is not None:
+        run_dir = err.checkpoint.parent.parent
+        return (
+            f"interrupted at env step {err.env_steps}; checkpoint saved: continue with "
+            f"`foxhunt resume {run_dir}`"
+        )
+    if isinstance(err, TrainingInterrupted):
+        return f"interrupted at env step {err.env_steps} (nothing to save here)"
+    if args.command in ("train", "resume"):
+        return (
+            "interrupted at once (a second Ctrl-C, or before training started): the run keeps "
+            "its last periodic checkpoint, if it has one"
+        )
+    return "interrupted"
 
 
 def _one_line(err: BaseException) -> str:

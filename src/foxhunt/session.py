@@ -68,14 +68,42 @@ def assert_not_in_use(run_dir: Path) -> None:
 class TrainerCheckpointer:
     """Connects a trainer to a :class:`~foxhunt.checkpoint.CheckpointManager`."""
 
-    def __init__(self, run_dir: Path, keep_last: int) -> None:
+    def __init__(self, run_dir: Path, keep_last: int, spec: RunSpec | None = None) -> None:
         from foxhunt.checkpoint import CheckpointManager
 
         self.manager = CheckpointManager(run_dir, keep_last=keep_last)
+        self.run = _run_sections(spec) if spec is not None else None
 
     def save(self, trainer: DQNTrainer) -> Path:
         tensors, state = capture_state(trainer)
+        if self.run is not None:
+            state["run"] = self.run  # what the environment was built from, checked on resume
         return self.manager.save(tensors, state, step=trainer.env_steps)
+
+
+def _run_sections(spec: RunSpec) -> dict[str, Any]:
+    """The parts of a run's config that build its environment (not its step budget)."""
+    data = spec.model_dump(mode="json")
+    return {k: data[k] for k in ("env", "market", "trading")}
+
+
+def _check_same_environment(run_dir: Path, spec: RunSpec, state: dict[str, Any]) -> None:
+    """Refuse a resume whose config.yaml now builds another environment than the checkpoint's
+    (an edited market seed, data file, cost...): the run would silently continue on other data."""
+    saved = state.get("run")
+    if not isinstance(saved, dict):
+        return  # a checkpoint from before this check
+    now = _run_sections(spec)
+    for section in ("env", "market", "trading"):
+        if saved.get(section) != now[section]:
+            old, new = saved.get(section), now[section]
+            if isinstance(old, dict) and isinstance(new, dict):
+                key = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))[0]
+                section, old, new = f"{section}.{key}", old.get(key), new.get(key)
+            raise FoxhuntError(
+                f"{run_dir / 'config.yaml'}: {section} is {new!r} but the checkpoint was trained "
+                f"with {old!r}; restore it, or start a new run"
+            )
 
 
 def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTrainer:
@@ -159,7 +187,9 @@ def _fresh_run(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, progress: bool
     hp = spec.hyperparameters
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
     trainer.logger = MetricLogger(run_dir)
-    trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
+    trainer._checkpointer = TrainerCheckpointer(
+        run_dir, spec.hyperparameters.keep_checkpoints, spec
+    )
     log.info(
         "training %s for %d env steps; effective batch size %d",
         spec.env or "trading",
@@ -206,6 +236,7 @@ def _resume(
             ) from None
     for w in caught:
         log.warning("%s", w.message)
+    _check_same_environment(run_dir, spec, state)
     trainer = _build_trainer(spec, run_dir, progress=progress)
     restore_state(trainer, tensors, state)
     total = total_steps or trainer.total_env_steps or spec.total_env_steps
@@ -225,7 +256,9 @@ def _resume(
     if total != spec.total_env_steps:
         spec = spec.model_copy(update={"total_env_steps": total})
         atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
-    trainer._checkpointer = TrainerCheckpointer(run_dir, spec.hyperparameters.keep_checkpoints)
+    trainer._checkpointer = TrainerCheckpointer(
+        run_dir, spec.hyperparameters.keep_checkpoints, spec
+    )
     if progress:
         print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
     return _train_loop(trainer, spec, run_dir, total, progress)

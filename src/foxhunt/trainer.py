@@ -115,6 +115,15 @@ def episode_returns(
     return returns
 
 
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C honoured at a loop boundary; says where training stopped and what was saved."""
+
+    def __init__(self, env_steps: int, checkpoint: Path | None) -> None:
+        super().__init__(env_steps, checkpoint)
+        self.env_steps = env_steps
+        self.checkpoint = checkpoint
+
+
 @dataclass
 class _Window:
     """Running sums between two metrics rows (kept as floats; cheap, deterministic)."""
@@ -513,9 +522,11 @@ class DQNTrainer:
                 if self._interrupt_requested:
                     # Ctrl-C lands here, between two loop iterations, never mid-update: the
                     # checkpoint is the same state a periodic one would hold, so resume is exact.
-                    log.warning("interrupted at env step %d: saving a checkpoint", self.env_steps)
-                    self.save_checkpoint()
-                    raise KeyboardInterrupt
+                    if self._checkpointer is not None:
+                        log.warning(
+                            "interrupted at env step %d: saving a checkpoint", self.env_steps
+                        )
+                    raise TrainingInterrupted(self.env_steps, self.save_checkpoint())
         finally:
             if progress is not None:
                 progress.close()
@@ -1158,8 +1169,11 @@ def _check_round_trip(
     from foxhunt.errors import CheckpointError
 
     again, state_again = capture_state(trainer)
-    # Hyperparameters were matched (fields newer than the checkpoint at their defaults).
-    expected = {**state, "hyperparameters": trainer.hp.to_dict()}
+    # Hyperparameters were matched (fields newer than the checkpoint at their defaults). "run"
+    # is the session's record of the environment config (foxhunt.session checks it), not the
+    # trainer's.
+    expected = {k: v for k, v in state.items() if k != "run"}
+    expected["hyperparameters"] = trainer.hp.to_dict()
     skip: set[str] = set()
     if state["loop"]["has_obs"] and state["envs"] is None:  # restarted from a fresh reset
         skip = {"loop.obs", "loop.ep_return", "loop.ep_length"}
