@@ -265,7 +265,8 @@ def _prepare_run_dir(path: Path, force: bool) -> bool:
     resolved, cwd = path.resolve(), Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents or resolved == Path.home().resolve():
         raise ConfigError(f"--force would delete {path} (the working or home directory); refused")
-    if not any((path / marker).exists() for marker in _RUN_MARKERS):
+    members = (path / "member-0" / "config.yaml").is_file()  # an ensemble stopped part way
+    if not members and not any((path / marker).exists() for marker in _RUN_MARKERS):
         sample = ", ".join(sorted(p.name for p in path.iterdir())[:3])
         raise ConfigError(
             f"--force replaces only a foxhunt run directory; {path} holds other files "
