@@ -323,3 +323,28 @@ def test_cli_hyperopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main([*argv, "--storage", "notaurl"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("foxhunt: error: storage") and "notaurl" in err and "\n" not in err
+
+
+def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the second trial: that trial is pruned, no third starts, the first one's
+    results are written, then the interrupt goes on to the caller (the CLI exits 130)."""
+    from foxhunt.trainer import DQNTrainer, TrainingInterrupted
+
+    learn = DQNTrainer.learn
+    calls = {"n": 0}
+
+    def interrupt_second(self: DQNTrainer, *args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise TrainingInterrupted(self.env_steps, None)
+        return learn(self, *args, **kwargs)
+
+    monkeypatch.setattr(DQNTrainer, "learn", interrupt_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_hyperopt(tiny_spec(), n_trials=3, run_dir=tmp_path)
+    assert calls["n"] == 2  # the study stopped: no third trial
+    rows = (tmp_path / "trials.csv").read_text().splitlines()
+    assert len(rows) == 3 and "interrupted (Ctrl-C)" in rows[2]
+    assert (tmp_path / "best_config.yaml").is_file()

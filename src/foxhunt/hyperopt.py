@@ -64,6 +64,7 @@ _ATTR_HP = "hyperparameters"
 _ATTR_SEED = "seed"
 _ATTR_REASON = "pruned_reason"
 _ATTR_TASK = "foxhunt_task"
+_ATTR_INTERRUPTED = "interrupted"
 
 
 # --- search space
@@ -196,6 +197,12 @@ def objective(
         value = trainer.evaluate()
     except TrainingHalted as err:
         raise _prune(trial, f"training halted: {err}") from None
+    except KeyboardInterrupt:
+        # Ctrl-C: end this trial as pruned and stop the study after it, so the trials already
+        # finished still reach trials.csv and best_config.yaml (the caller re-raises after).
+        trial.study.stop()
+        trial.set_user_attr(_ATTR_INTERRUPTED, True)
+        raise _prune(trial, "interrupted (Ctrl-C)") from None
     finally:
         trainer.close()
     if not math.isfinite(value):
@@ -387,7 +394,19 @@ def run_hyperopt(
     if unknown:
         raise ConfigError(f"fixed names unknown hyperparameter(s): {', '.join(unknown)}")
     frozen = frozenset(fixed)
-    study.optimize(lambda t: objective(t, spec, envs=envs, fixed=frozen), n_trials=n_trials)
+    interrupted = False
+
+    def run_trial(trial: optuna.Trial) -> float:
+        nonlocal interrupted
+        try:
+            return objective(trial, spec, envs=envs, fixed=frozen)
+        except optuna.TrialPruned:
+            # This process's Ctrl-C (another process's interrupted trial in a shared study
+            # must not stop this one).
+            interrupted = interrupted or bool(trial.user_attrs.get(_ATTR_INTERRUPTED))
+            raise
+
+    study.optimize(run_trial, n_trials=n_trials)
 
     trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name for t in trials)
@@ -396,6 +415,8 @@ def run_hyperopt(
     if out_dir is not None:
         atomic_write_text(out_dir / "trials.csv", _trials_csv(study))
         files["trials"] = str(out_dir / "trials.csv")
+    if interrupted and not complete:
+        raise KeyboardInterrupt
     if not complete:
         reasons = Counter(t.user_attrs.get(_ATTR_REASON, "failed") for t in trials)
         common = reasons.most_common(1)[0][0] if reasons else "no trials"
@@ -422,4 +443,7 @@ def run_hyperopt(
         "best_hyperparameters": best_hp.to_dict(),
         "files": files,
     }
+    if interrupted:  # the files describe the trials finished before Ctrl-C
+        log.warning("hyperopt interrupted: %d trial(s) complete, files written", len(complete))
+        raise KeyboardInterrupt
     return summary
