@@ -176,6 +176,25 @@ def test_bankruptcy_is_accounted_the_same_in_env_and_simulation():
         np.testing.assert_array_equal(res.equity[1:], 0.0)
         np.testing.assert_array_equal(res.positions, [-1.0, -1.0, 0.0, 0.0])
     np.testing.assert_allclose(agent.net_log_returns, sim.net_log_returns, rtol=1e-12)
+    # Reported: everything lost, not the -10 training penalty read as a return.
+    for res in (agent, sim):
+        m = res.metrics
+        assert m["total_return"] == -1.0 and m["max_drawdown"] == 1.0 and m["final_equity"] == 0.0
+        assert m["annualised_return"] == -1.0
+        assert all(math.isnan(m[k]) for k in ("total_log_return", "sharpe", "sortino", "calmar"))
+
+
+def test_wiped_out_strategy_reads_n_a_in_the_report_and_null_in_json(tmp_path):
+    import json
+
+    market = make_market(close=[100.0, 100.0, 210.0, 220.0, 230.0])
+    cfg = TradingEnvConfig(window=1)
+    results = [bt.simulate_positions(market, [-1.0] * 4, cfg, "short"), bt.flat(market, cfg)]
+    files = bt.write_report(tmp_path, results, title="wipe-out")
+    payload = json.loads(files["json"].read_text())  # strict JSON: no NaN tokens
+    metrics = payload["results"]["short"]["metrics"]
+    assert metrics["sharpe"] is None and metrics["total_return"] == -1.0
+    assert "n/a" in files["markdown"].read_text() and "-100.00%" in files["markdown"].read_text()
 
 
 # --- per regime ----------------------------------------------------------------------------------

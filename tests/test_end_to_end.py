@@ -104,3 +104,11 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert out["regime_accuracy"] == pytest.approx(expected) and expected > 0.5
     assert metrics["regime_accuracy"] == pytest.approx(expected)
     assert f"{expected:.3f}" in (report / "report.md").read_text()
+    # Every split is annualised at the file's one bar frequency, stated in the report.
+    from foxhunt.backtest import infer_periods_per_year
+
+    ppy = infer_periods_per_year(setup.market.timestamps)
+    assert out["periods_per_year"] == ppy == out["metrics"]["agent"]["periods_per_year"]
+    other = evaluate_run(run_dir, split="validation")
+    assert other["periods_per_year"] == ppy
+    assert f"Annualised with {ppy:,.1f} bars per year" in (report / "report.md").read_text()

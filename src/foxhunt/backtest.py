@@ -11,6 +11,8 @@ Conventions (shared by every function here):
 * Undefined ratios (Sharpe/Sortino with zero dispersion, Calmar with no drawdown, hit rate with
   no exposure) are reported as ``0.0``, never inf/nan, so comparisons, hyperopt objectives and
   JSON stay finite. Empty or non-finite inputs raise :class:`~foxhunt.errors.DataError`.
+* A strategy wiped out (equity 0) reports total and annualised return -100% and drawdown 100%;
+  its log-return metrics (log 0) are NaN in ``metrics``, "n/a" in the tables, null in JSON.
 * Baselines are simulated with :func:`simulate_positions`, which uses the env's own
   :func:`~foxhunt.envs.trading.step_growth`, so agent and baselines pay identical costs.
 """
@@ -253,6 +255,13 @@ def _build_result(
 
     changes = np.abs(np.diff(positions, prepend=config.initial_value))
     metrics = _metrics(log_returns, positions, changes, periods_per_year)
+    if bankrupt:
+        # The env's -10 bankruptcy reward is a training penalty, not a return: the account lost
+        # everything. Returns and drawdown say so; ratios built on log returns are undefined
+        # (log 0), reported as n/a in the tables and null in JSON.
+        metrics.update(total_return=-1.0, annualised_return=-1.0, max_drawdown=1.0)
+        for key in ("total_log_return", "annualised_volatility", "sharpe", "sortino", "calmar"):
+            metrics[key] = float("nan")
     metrics["periods_per_year"] = float(periods_per_year)
     metrics["final_equity"] = float(equity[-1])
     metrics["total_cost"] = float(costs.sum())
@@ -622,9 +631,16 @@ def write_report(
         if regime_accuracy is None
         else f"Regime detector accuracy against the true regimes: {regime_accuracy:.3f}"
     )
+    ppy = results[0].metrics.get("periods_per_year")
+    rate = (
+        ""
+        if ppy is None
+        else f"Annualised with {ppy:,.1f} bars per year (read from the data's timestamps)."
+    )
     md = (
         f"# {title}\n\n![equity curves]({paths['png'].name})\n\n## Overall\n\n"
-        f"{_markdown_table(header, overall)}\n\n## Per regime ({source} regimes)\n\n"
+        + (f"{rate}\n\n" if rate else "")
+        + f"{_markdown_table(header, overall)}\n\n## Per regime ({source} regimes)\n\n"
         + (f"{accuracy}\n\n" if accuracy else "")
         + f"{_markdown_table(header, regimes)}\n"
     )
@@ -643,6 +659,7 @@ img {{ max-width: 100%; }}
 <h1>{html.escape(title)}</h1>
 <img alt="equity curves" src="data:image/png;base64,{png_b64}">
 <h2>Overall</h2>
+{f"<p>{html.escape(rate)}</p>" if rate else ""}
 {_html_table(header, overall)}
 <h2>Per regime ({html.escape(source)} regimes)</h2>
 {f"<p>{html.escape(accuracy)}</p>" if accuracy else ""}

@@ -320,7 +320,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         out = evaluate_ensemble(
             Path(args.run_dir), split=args.split or "test", data=args.data, episodes=args.episodes
         )
-        print(json.dumps(out, indent=2, default=str))
+        print(_json(out))
         return 0
     out = evaluate_run(
         Path(args.run_dir),
@@ -329,7 +329,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         model=args.model or "final",
         episodes=args.episodes,
     )
-    print(json.dumps(out, indent=2, default=str))
+    print(_json(out))
     return 0
 
 
@@ -384,7 +384,7 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
             data=args.data,
             episodes=args.episodes,
         )
-        print(json.dumps(out, indent=2, default=str))
+        print(_json(out))
         return 0
     if args.members < 2:
         raise ConfigError(f"--members must be at least 2, got: {args.members}")
@@ -471,6 +471,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 _OUT_OF_MEMORY = (
     "out of memory: lower buffer_capacity, batch_size, hidden_sizes or n_envs (or --bars)"
 )
+
+
+def _json(value: Any) -> str:
+    """Strict JSON for stdout: undefined numbers (NaN, inf) are null, as in the report files."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(value), indent=2, default=str, allow_nan=False)
 
 
 def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace) -> str:

@@ -324,13 +324,20 @@ def backtest_run(
     setup = build_trading(spec, data_override=data)
     span = setup.span(split)
     config = setup.config
-    agent_res = bt.run_policy(span, act, config, "agent")
-    results = [agent_res, bt.buy_and_hold(span, config), bt.flat(span, config)]
+    # The bar frequency is the file's, read once from all of it: a span's own timestamps would
+    # give each split its own rate (a test span inside one session, a weekend, a data gap).
+    ppy = bt.infer_periods_per_year(setup.market.timestamps)
+    agent_res = bt.run_policy(span, act, config, "agent", periods_per_year=ppy)
+    results = [
+        agent_res,
+        bt.buy_and_hold(span, config, periods_per_year=ppy),
+        bt.flat(span, config, periods_per_year=ppy),
+    ]
     capture = accuracy = None
     if span.true_regimes is not None:
         from foxhunt.markets.regimes import regime_accuracy
 
-        oracle = bt.regime_oracle(span, config, setup.span("train"))
+        oracle = bt.regime_oracle(span, config, setup.span("train"), periods_per_year=ppy)
         results.append(oracle)
         capture = bt.oracle_capture(agent_res, oracle)
         accuracy = regime_accuracy(span.regime_probs.argmax(axis=1), span.true_regimes)
@@ -342,6 +349,7 @@ def backtest_run(
         "split": split,
         "data": data or spec.market.data or "synthetic",
         "bars": len(span),
+        "periods_per_year": ppy,
         "metrics": {r.name: r.metrics for r in results},
         "oracle_capture": capture,
         "regime_accuracy": accuracy,
