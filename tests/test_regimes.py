@@ -171,6 +171,17 @@ def test_hmm_validation(market):
         GaussianHMMDetector(4).predict_proba(market)
 
 
+def test_detectors_refuse_a_training_span_without_price_movement(market):
+    """Flat prices (a halted or stale feed) give no regime evidence: both detectors say so
+    instead of fitting degenerate thresholds or states."""
+    flat = market.iloc[:300].copy()
+    flat[["open", "high", "low", "close"]] = 50.0
+    with pytest.raises(DataError, match="prices barely move"):
+        VolatilityTrendDetector().fit(flat)
+    with pytest.raises(DataError, match="saw no price movement in their window"):
+        GaussianHMMDetector(4).fit(flat)
+
+
 def test_hmm_features_layout(market):
     x = hmm_features(market, vol_window=5)
     assert x.shape == (len(market), 2)

@@ -118,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="backtest a trained trading agent; writes RUN_DIR/backtest")
     e.add_argument("run_dir")
-    e.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
+    e.add_argument(
+        "--data",
+        help="evaluate on this OHLCV file instead of the run's market (features and the regime "
+        "detector are refitted on that file's own training span, as in training)",
+    )
     e.add_argument("--split", help="train, validation, test or all (default test)")
     e.add_argument(
         "--model",

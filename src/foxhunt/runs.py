@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, m
 from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object
 from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
 from foxhunt.envs.trading import TradingEnvConfig
-from foxhunt.errors import ConfigError, FoxhuntError
+from foxhunt.errors import ConfigError, DataError, FoxhuntError
 
 PRESETS = ("default", "conservative", "rainbow", "cartpole", "trading")
 DEFAULT_TOTAL_STEPS = {"trading": 60_000, "gym": 50_000}
@@ -329,13 +329,19 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
             f"validation bars of {n}; the agent is evaluated there during training and needs "
             "at least 3"
         )
-    market = prepare_market(
-        df,
-        train_end=train_end,
-        detector=m.detector,
-        n_regimes=m.n_regimes,
-        seed=spec.hyperparameters.seed,
-    )
+    try:
+        market = prepare_market(
+            df,
+            train_end=train_end,
+            detector=m.detector,
+            n_regimes=m.n_regimes,
+            seed=spec.hyperparameters.seed,
+        )
+    except DataError as err:  # detectors see a frame; name the file the user gave
+        where = source or "the synthetic market"
+        raise DataError(
+            str(err).replace("<DataFrame>", f"{where} (market.detector={m.detector})", 1)
+        ) from None
     if m.features is not None:
         market = select_features(market, m.features)
     return TradingSetup(market=market, train_end=train_end, val_end=val_end, config=config)

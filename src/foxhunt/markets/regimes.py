@@ -144,6 +144,14 @@ class VolatilityTrendDetector:
             self.vol_threshold_ = math.inf
             calm = ok
         lo, hi = np.quantile(trend[calm], self.trend_quantiles)
+        if (self._n == 4 and self.vol_threshold_ <= 0.0) or lo >= hi:
+            # Flat stretches (no price moves) make the thresholds collapse: every bar with any
+            # move would be "high volatility", the rest one regime. Refuse, like the HMM does.
+            raise DataError(
+                f"<DataFrame>: the training span's prices barely move (volatility threshold "
+                f"{self.vol_threshold_:.3g}, trend thresholds {lo:.3g} .. {hi:.3g}): the "
+                "volatility/trend detector cannot tell regimes apart"
+            )
         self.trend_thresholds_ = (float(lo), float(hi))
         return self
 
@@ -337,10 +345,17 @@ class GaussianHMMDetector:
         k = self._n
         min_rows = max(20, 10 * k)
         if x_raw.shape[0] < min_rows:
+            flat = int((~valid[self.vol_window :]).sum())
+            why = (
+                f" ({flat} bars after the warm-up saw no price movement in their window: flat "
+                "or halted prices give no volatility evidence)"
+                if flat
+                else ""
+            )
             raise DataError(
                 f"<DataFrame>: training span of {len(train_df)} bars gives {x_raw.shape[0]} HMM "
-                f"observations after the {self.vol_window}-bar warm-up; need >= {min_rows} "
-                f"for {k} states"
+                f"observations after the {self.vol_window}-bar warm-up{why}; need >= "
+                f"{min_rows} for {k} states"
             )
         self.feature_mean_ = x_raw.mean(axis=0)
         std = x_raw.std(axis=0)
