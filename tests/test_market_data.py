@@ -757,3 +757,15 @@ def test_day_month_order_follows_time_order(tmp_path, caplog):
         )
     )
     assert "also reads as" not in caplog.text
+
+
+def test_space_aligned_columns(tmp_path):
+    text = "date   open  high  low   close  volume\n2023-01-02  1  2  0.5  1.5  10\n"
+    text += "2023-01-03  1.5  2.5  1  2  20\n"
+    df = load_ohlcv(write(tmp_path, text, "aligned.txt"))
+    assert df["close"].tolist() == [1.5, 2.0] and df["volume"].tolist() == [10.0, 20.0]
+    # A date and time separated by a space make one field too many: refused, naming the line.
+    split = "date open high low close\n2023-01-02 09:30 1 2 0.5 1.5\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, split, "split.txt"))
+    assert_one_line(err, "split.txt", "line 2: 6 fields but the header has 5")

@@ -18,7 +18,7 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -306,7 +306,10 @@ def _check_field_counts(lines: list[str], sep: str, first_line: int, label: str)
     """Refuse data rows with more non-empty fields than the header has names: an unquoted
     delimiter inside a value (``Jan 02, 2023``) would otherwise shift every later column. A
     trailing empty field (a delimiter at the end of each row) is harmless."""
-    reader = csv.reader(lines, delimiter=sep, skipinitialspace=True)
+    if sep == _WHITESPACE:
+        reader: Iterator[list[str]] = iter([line.split() for line in lines])
+    else:
+        reader = csv.reader(lines, delimiter=sep, skipinitialspace=True)
     header = next(reader, None)
     if header is None:
         return
@@ -320,11 +323,17 @@ def _check_field_counts(lines: list[str], sep: str, first_line: int, label: str)
 
 
 def _delimiter(head: list[str]) -> str:
-    """The field delimiter of a CSV: whichever of , ; tab | splits the header line most."""
+    """The field delimiter of a CSV: whichever of , ; tab | splits the header line most, or runs
+    of spaces when the header has none of those but several space-separated names."""
     header = re.sub(r'"[^"]*"', "", head[0] if head else "")  # quoted names do not count
     counts = {d: header.count(d) for d in (",", ";", "\t", "|")}
     best = max(counts, key=lambda d: counts[d])
-    return best if counts[best] > 0 else ","
+    if counts[best] > 0:
+        return best
+    return _WHITESPACE if len(header.split()) >= 5 else ","
+
+
+_WHITESPACE = r"\s+"  # pandas' regex for space-aligned columns (some broker and terminal exports)
 
 
 def _yfinance_layout(frame: pd.DataFrame, label: str) -> pd.DataFrame:
