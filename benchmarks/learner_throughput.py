@@ -345,8 +345,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "one torch.compile graph, its backward compiled too); sb3 = DQN.train(gradient_steps=N); "
         "torch_minimal = bare torch loop (floor of eager torch); foxhunt_bf16 = foxhunt with "
         "mixed_precision bf16 (autocast: not the same arithmetic as SB3's fp32, reported beside "
-        "it); gemm_floor = only the update's fp32 matrix products, the bound on any fp32 "
-        "implementation."
+        "it); gemm_floor = only the update's fp32 matrix products in autograd's layouts, the "
+        "bound on an implementation that keeps them."
     )
     return C.finish("learner_throughput", args, config, results, ratios, notes, table)
 

@@ -217,8 +217,8 @@ class DQNHyperparameters(BaseModel):
     """Autocast dtype for the forward pass; fp16 adds a gradient scaler (CUDA)."""
     compile: bool = False
     """torch.compile the learner step: forward, target and loss as one graph with a compiled
-    backward (6-8% more updates/s on a 256x256 MLP at batch 64 on CPU; the first steps pay seconds
-    of compiling)."""
+    backward (6-11% more updates/s on a 256x256 MLP at batch 64 on CPU; the first steps pay
+    seconds of compiling)."""
     replay_on_device: bool = False
     """Keep replay storage on the training device (GPU) instead of host memory."""
 

@@ -388,12 +388,12 @@ def run_hyperopt(
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"run_dir must be a directory, got a file: {out_dir}")
 
-    envs = make_envs(spec)  # validates the environment / market before any trial starts
-    study = _open_study(spec, storage, study_name, sampler_seed)
     unknown = sorted(set(fixed) - set(DQNHyperparameters.model_fields))
     if unknown:
         raise ConfigError(f"fixed names unknown hyperparameter(s): {', '.join(unknown)}")
     frozen = frozenset(fixed)
+    envs = make_envs(spec)  # validates the environment / market before any trial starts
+    study = _open_study(spec, storage, study_name, sampler_seed)
     interrupted = False
 
     def run_trial(trial: optuna.Trial) -> float:

@@ -127,7 +127,8 @@ def _fused_adam_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter
 
     ``Optimizer.step`` spends more time on Python bookkeeping (hooks, per-call grouping of
     tensors by device and dtype, state lookups) than the fused kernel spends on a 67k-parameter
-    update: about 70 us of a ~1.3 ms learner step at batch 64 (BENCHMARKS.md §1). This is the
+    update; calling the kernel directly took the eager learner step at batch 64 from 1.21x to
+    1.35x SB3's updates/s (BENCHMARKS.md §1). This is the
     same kernel on the same state tensors, read fresh from ``optimizer.state`` every call (so a
     loaded state dict is used as is), and bit for bit ``optimizer.step()``; tests compare the two.
     The first step, and any configuration outside the plain case, goes through ``step()``.

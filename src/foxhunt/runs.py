@@ -134,7 +134,7 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
             continue
         if key in ("market", "trading") and value is not None and not isinstance(value, dict):
             raise ConfigError(f"{config_file}: {key} must be a mapping, got: {value!r:.60}")
-        if key in ("env",) and value is not None and not isinstance(value, str):
+        if key == "env" and value is not None and not isinstance(value, str):
             raise ConfigError(f"{config_file}: env must be a Gymnasium id, got: {value!r:.60}")
         if key in _SECTIONS:
             file_run[key] = value

@@ -68,16 +68,15 @@ def assert_not_in_use(run_dir: Path) -> None:
 class TrainerCheckpointer:
     """Connects a trainer to a :class:`~foxhunt.checkpoint.CheckpointManager`."""
 
-    def __init__(self, run_dir: Path, keep_last: int, spec: RunSpec | None = None) -> None:
+    def __init__(self, run_dir: Path, spec: RunSpec) -> None:
         from foxhunt.checkpoint import CheckpointManager
 
-        self.manager = CheckpointManager(run_dir, keep_last=keep_last)
-        self.run = _run_sections(spec) if spec is not None else None
+        self.manager = CheckpointManager(run_dir, keep_last=spec.hyperparameters.keep_checkpoints)
+        self.run = _run_sections(spec)
 
     def save(self, trainer: DQNTrainer) -> Path:
         tensors, state = capture_state(trainer)
-        if self.run is not None:
-            state["run"] = self.run  # what the environment was built from, checked on resume
+        state["run"] = self.run  # what the environment was built from, checked on resume
         return self.manager.save(tensors, state, step=trainer.env_steps)
 
 
@@ -187,9 +186,7 @@ def _fresh_run(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, progress: bool
     hp = spec.hyperparameters
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
     trainer.logger = MetricLogger(run_dir)
-    trainer._checkpointer = TrainerCheckpointer(
-        run_dir, spec.hyperparameters.keep_checkpoints, spec
-    )
+    trainer._checkpointer = TrainerCheckpointer(run_dir, spec)
     log.info(
         "training %s for %d env steps; effective batch size %d",
         spec.env or "trading",
@@ -256,9 +253,7 @@ def _resume(
     if total != spec.total_env_steps:
         spec = spec.model_copy(update={"total_env_steps": total})
         atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
-    trainer._checkpointer = TrainerCheckpointer(
-        run_dir, spec.hyperparameters.keep_checkpoints, spec
-    )
+    trainer._checkpointer = TrainerCheckpointer(run_dir, spec)
     if progress:
         print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
     return _train_loop(trainer, spec, run_dir, total, progress)
@@ -297,7 +292,6 @@ def evaluate_run(
 
 def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
     """Greedy returns of ``act`` on the run's Gymnasium env, on seeds shared by every evaluator."""
-
     from foxhunt.envs.gym_envs import make_gym_env
 
     env = make_gym_env(spec.env)  # type: ignore[arg-type]

@@ -82,11 +82,12 @@ def make_vector_env(env: EnvLike, n_envs: int, backend: str = "sync") -> gym.vec
 def n_regimes_of(env: gym.Env | gym.vector.VectorEnv) -> int:
     """The number of regime probabilities an environment appends to its observation (0 = none)."""
     if isinstance(env, gym.vector.VectorEnv):
-        # Vector envs copy the first sub-env's metadata (TradingEnv puts its count there).
-        # get_attr is not used: on an AsyncVectorEnv a missing attribute kills the workers.
+        # SyncVectorEnv: ask the first sub-env, like a single env. AsyncVectorEnv: its copy of
+        # the first sub-env's metadata (TradingEnv puts its count there); get_attr is not used,
+        # because a missing attribute kills the async workers.
         subs = getattr(env, "envs", None)
-        if subs:  # SyncVectorEnv
-            return int(getattr(subs[0].unwrapped, "n_regimes", 0) or 0)
+        if subs:
+            return n_regimes_of(subs[0])
         return int((env.metadata or {}).get("n_regimes", 0) or 0)
     return int(getattr(env.unwrapped, "n_regimes", 0) or 0)
 

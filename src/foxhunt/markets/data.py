@@ -71,46 +71,21 @@ _LOCALISED: dict[str, tuple[str, ...]] = {
     "volume": ("volumen", "stück", "stücke", "volumes", "wolumen"),
 }  # fmt: skip
 _ALIASES.update({name: canon for canon, names in _LOCALISED.items() for name in names})
+# "Last" / "price" in those languages (investing.com's localised "Price" column is the close).
+_LOCALISED_LAST = (
+    "zuletzt", "letzter", "dernier", "último", "ultimo", "laatste", "preço", "precio", "prezzo",
+    "kurs",
+)  # fmt: skip
 # Every language above writes decimal commas; "max"/"min"/"opening" are shared with English.
 _DECIMAL_COMMA_HEADERS = frozenset(
     name for names in _LOCALISED.values() for name in names if name not in ("max", "min", "opening")
-) | {
-    "zuletzt",
-    "letzter",
-    "dernier",
-    "último",
-    "ultimo",
-    "laatste",
-    "preço",
-    "precio",
-    "prezzo",
-    "kurs",
-}
+) | frozenset(_LOCALISED_LAST)
 # Fallbacks, used only when the primary column is absent: adjusted close (mixing it with
 # unadjusted open/high/low is usually wrong), "price"/"last" (investing.com, exchange exports) and
 # tick volume (MetaTrader exports carry both <TICKVOL> and <VOL>).
 _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
     "adj close": ("close", frozenset({"adj close", "adjclose", "adjusted close"})),
-    "last": (
-        "close",
-        frozenset(
-            {
-                "last",
-                "last price",
-                "price",
-                "zuletzt",
-                "letzter",
-                "dernier",
-                "último",
-                "ultimo",
-                "laatste",
-                "preço",
-                "precio",
-                "prezzo",
-                "kurs",
-            }
-        ),
-    ),
+    "last": ("close", frozenset({"last", "last price", "price", *_LOCALISED_LAST})),
     "tick volume": ("volume", frozenset({"tickvol", "tick volume", "tickvolume", "ticks"})),
 }
 # Timestamp column names, in order of preference.
@@ -219,7 +194,6 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             # Outside comma-delimited files the decimal mark is not known in advance ("12.345"
             # may be 12345 in a German file): read text and decide once for the whole file.
             dtype = None if sep == "," else str
-            _check_field_counts(head[skip:], sep, skip + 1, label)
             try:
                 frame = _read_csv(path, sep, dtype, encoding, skip, label)
             except UnicodeDecodeError:
