@@ -46,14 +46,12 @@ def make_agent(
 
 def set_weights(agent: DQNAgent, w1: Any, b1: Any, w2: Any, b2: Any) -> DQNAgent:
     """Q(x) = relu(x W1^T + b1) W2^T + b2 (a plain, non-dueling net)."""
-    net = agent.online_net
-    with torch.no_grad():
-        for p, v in zip(
-            (net.torso[0].weight, net.torso[0].bias, net.adv_head.weight, net.adv_head.bias),
-            (w1, b1, w2, b2),
-            strict=True,
-        ):
-            p.copy_(torch.as_tensor(np.asarray(v, dtype=np.float32)))
+    names = ("torso.0.weight", "torso.0.bias", "adv_head.weight", "adv_head.bias")
+    state = {
+        k: torch.as_tensor(np.asarray(v, dtype=np.float32))
+        for k, v in zip(names, (w1, b1, w2, b2), strict=True)
+    }
+    agent.online_net.load_state_dict(state)  # nn.Linear's layout, whatever the storage
     return agent
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from foxhunt.networks import NoisyLinear, QNetwork
+from foxhunt.networks import InputMajorLinear, NoisyLinear, QNetwork
 
 OBS, ACT, K = 7, 3, 3
 
@@ -262,3 +262,44 @@ def test_regime_outside_the_torso_acts_through_the_gates_only(hp_factory, gating
         torch.testing.assert_close(q(p1), expected)
     with pytest.raises(ValueError, match="regime_in_torso=False"):
         QNetwork(K, ACT, hp, n_regimes=K)
+
+
+# --- input-major first layer ----------------------------------------------------------------------
+def test_input_major_linear_is_nn_linear_in_values_gradients_and_state_dict():
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(4, 16)
+    torch.manual_seed(0)
+    layer = InputMajorLinear(4, 16)
+    assert torch.equal(layer.weight_t.t(), ref.weight)  # nn.Linear's initialisation, draw for draw
+    assert torch.equal(layer.bias, ref.bias)
+    x = torch.randn(32, 4)
+    y_ref, y = ref(x), layer(x)
+    torch.testing.assert_close(y, y_ref)
+    grad_out = torch.randn(32, 16)
+    y_ref.backward(grad_out)
+    y.backward(grad_out)
+    torch.testing.assert_close(layer.weight_t.grad.t(), ref.weight.grad)
+    torch.testing.assert_close(layer.bias.grad, ref.bias.grad)
+    # The fused Adam kernel reads parameter, gradient and state as flat memory: keep them alike.
+    assert layer.weight_t.is_contiguous() and layer.weight_t.grad.is_contiguous()
+    x3 = torch.randn(2, 5, 4)
+    torch.testing.assert_close(layer(x3), ref(x3))
+    # Files hold nn.Linear's [out, in] layout both ways.
+    state = layer.state_dict()
+    assert list(state) == ["bias", "weight"] and state["weight"].shape == (16, 4)
+    assert torch.equal(state["weight"], ref.weight)
+    other = InputMajorLinear(4, 16)
+    other.load_state_dict(ref.state_dict())
+    assert torch.equal(other.weight_t.t(), ref.weight) and other.weight_t.is_contiguous()
+    plain = torch.nn.Linear(4, 16)
+    plain.load_state_dict(state)
+    torch.testing.assert_close(plain(x), y)
+
+
+@pytest.mark.parametrize("obs_dim", [1, 2, 4, 10, 11, 64])
+def test_only_a_narrow_first_layer_is_input_major(hp_factory, obs_dim):
+    net = QNetwork(obs_dim, ACT, hp_factory(hidden_sizes=(8, 8)))
+    first, second = net.torso[0], net.torso[2]
+    assert isinstance(first, InputMajorLinear) == (2 <= obs_dim <= 10)
+    assert type(second) is torch.nn.Linear
+    assert net.state_dict()["torso.0.weight"].shape == (8, obs_dim)
