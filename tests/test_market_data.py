@@ -769,3 +769,146 @@ def test_space_aligned_columns(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, split, "split.txt"))
     assert_one_line(err, "split.txt", "line 2: 6 fields but the header has 5")
+
+
+# --- vendor layouts and traps found by probing real exports ------------------------------------
+def test_epoch_column_that_changes_unit_part_way(tmp_path, caplog):
+    # Binance klines went from ms to us on 2025-01-01: files joined across it hold both.
+    ms = [1735603200000 + i * 3_600_000 for i in range(3)]  # 2024-12-31 00:00 .. 02:00 (ms)
+    us = [1735689600000000 + i * 3_600_000_000 for i in range(2)]  # 2025-01-01 00:00 .. (us)
+    rows = "".join(f"{t},1,2,0.5,1.5,10\n" for t in ms + us)
+    df = load_ohlcv(write(tmp_path, "open_time,open,high,low,close,volume\n" + rows))
+    assert df.index[0] == pd.Timestamp("2024-12-31 00:00") and df.index[2].hour == 2
+    assert df.index[3] == pd.Timestamp("2025-01-01 00:00") and df.index[4].hour == 1
+    assert "change unit at row 4 (ms to us)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Volume MA", "Vol SMA 20", "Relative Volume", "Up Volume", "taker_buy_base_asset_volume"],
+)
+def test_volume_indicators_are_not_taken_as_volume(tmp_path, caplog, name):
+    text = (
+        f"time,open,high,low,close,{name}\n1577975400,1,2,0.5,1.5,666\n1577979000,1,2,0.5,1.5,7\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["volume"].tolist() == [0.0, 0.0]
+    assert (
+        f"no volume column ('{name}': an indicator or a partial volume, not taken)" in caplog.text
+    )
+
+
+def test_qualified_volume_names_in_lower_case_and_a_missing_volume_is_logged(tmp_path, caplog):
+    text = (
+        "date,open,high,low,close,volume_usd\n"
+        "2020-01-02,1,2,0.5,1.5,10\n"
+        "2020-01-03,1,2,0.5,1.5,20\n"
+    )
+    assert load_ohlcv(write(tmp_path, text))["volume"].tolist() == [10.0, 20.0]
+    no_volume = "date,open,high,low,close\n2020-01-02,1,2,0.5,1.5\n2020-01-03,1,2,0.5,1.5\n"
+    load_ohlcv(write(tmp_path, no_volume, "nv.csv"))
+    assert "nv.csv: no volume column; volume set to 0" in caplog.text
+
+
+@pytest.mark.parametrize("first", ["09:30", "09:30:00", "09:30 AM"])
+def test_times_of_day_without_a_date_are_refused(tmp_path, first):
+    text = f"Time,Open,High,Low,Close\n{first},1,2,0.5,1.5\n09:31,1,2,0.5,1.5\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "bars.csv", "column 'Time' holds times of day without a date", first)
+
+
+@pytest.mark.parametrize("first,second", [("Jan 02", "Jan 03"), ("02-Jan", "03-Jan")])
+def test_dates_without_a_year_are_refused(tmp_path, first, second):
+    text = f"Date,Open,High,Low,Close\n{first},1,2,0.5,1.5\n{second},1,2,0.5,1.5\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "column 'Date' holds dates without a year", first)
+
+
+def test_twelve_hour_clock_times(tmp_path):
+    one = (
+        "Date,Open,High,Low,Close\n"
+        "03/05/2020 02:30:00 PM,1,2,0.5,1.5\n"
+        "03/05/2020 08:30:00 PM,1,2,0.5,1.5\n"
+        "03/06/2020 12:05:00 AM,1,2,0.5,1.5\n"
+    )
+    df = load_ohlcv(write(tmp_path, one))
+    assert list(df.index) == [
+        pd.Timestamp("2020-03-05 14:30"),
+        pd.Timestamp("2020-03-05 20:30"),
+        pd.Timestamp("2020-03-06 00:05"),
+    ]
+    two = (
+        "Date,Time,Open,High,Low,Close\n"
+        "05.03.2020,11:30 AM,1,2,0.5,1.5\n"
+        "05.03.2020,1:30 PM,1,2,0.5,1.5\n"
+    )
+    df = load_ohlcv(write(tmp_path, two, "two.csv"))
+    assert list(df.index) == [pd.Timestamp("2020-03-05 11:30"), pd.Timestamp("2020-03-05 13:30")]
+
+
+def test_semicolon_file_with_ambiguous_commas_reads_them_as_decimal_marks(tmp_path, caplog):
+    # 1,100 is 1.1 in the locales that pick ';' as the delimiter; said in the log either way.
+    text = (
+        "Date;Open;High;Low;Close;Volume\n"
+        "02.01.2020;1,100;1,106;1,090;1,095;756439\n"
+        "03.01.2020;1,095;1,101;1,077;1,083;600\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["open"].tolist() == [1.1, 1.095] and df["volume"].tolist() == [756439.0, 600.0]
+    assert "read with a decimal comma (a ';'-delimited file)" in caplog.text
+    # Repeated groups settle it: the dot groups thousands.
+    grouped = text.replace(";756439", ";1.234.567")
+    assert load_ohlcv(write(tmp_path, grouped, "g.csv"))["volume"].iloc[0] == 1234567.0
+    # A comma-delimited file's quoted "1,100" stays a thousands separator (said in the log).
+    quoted = (
+        "Date,Open,High,Low,Close\n"
+        '2020-01-02,"1,100","1,106","1,090","1,095"\n'
+        '2020-01-03,"1,095","1,101","1,077","1,083"\n'
+    )
+    assert load_ohlcv(write(tmp_path, quoted, "q.csv"))["open"].tolist() == [1100.0, 1095.0]
+    assert "'1,100' show no decimal mark of their own; read with a decimal point" in caplog.text
+
+
+def test_title_line_with_a_delimiter_and_a_commented_header(tmp_path):
+    text = (
+        "Apple Inc., daily prices\n"
+        "Date,Open,High,Low,Close,Volume\n"
+        "2020-01-02,1,2,0.5,1.5,10\n"
+        "2020-01-03,1,2,0.5,1.5,10\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert len(df) == 2 and df.index[0] == pd.Timestamp("2020-01-02")
+    commented = (
+        "# Date,Open,High,Low,Close,Volume\n2020-01-02,1,2,0.5,1.5,10\n2020-01-03,1,2,0.5,1.5,10\n"
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, commented, "c.csv"))
+    assert_one_line(err, "c.csv", "the header is commented out", "remove the '#'")
+
+
+@pytest.mark.parametrize(
+    "header,row",
+    [
+        ("Date,Close/Last,Volume,Open,High,Low", "{d},$1.5,10,$1,$2,$0.5"),  # Nasdaq.com
+        ("Date,Open,High,Low,Close*,Adj Close**,Volume", "{d},1,2,0.5,1.5,1.4,10"),  # Yahoo web
+        ("Date/Time,Open,High,Low,Close,Volume", "{d},1,2,0.5,1.5,10"),  # AmiBroker
+        ("Time (UTC),Open,High,Low,Close,Volume", "{d},1,2,0.5,1.5,10"),  # Dukascopy web
+        ("Dates,PX_OPEN,PX_HIGH,PX_LOW,PX_LAST,PX_VOLUME", "{d},1,2,0.5,1.5,10"),  # Bloomberg
+        (
+            "Date,Adj. Open,Adj. High,Adj. Low,Adj. Close,Adj. Volume",
+            "{d},1,2,0.5,1.5,10",
+        ),  # Quandl
+        ("unix,open,high,low,close,Volume BTC", "{e},1,2,0.5,1.5,10"),  # CryptoDataDownload
+        ("v,o,c,h,l,t", "10,1,1.5,2,0.5,{ms}"),  # Polygon
+    ],
+)
+def test_vendor_column_names(tmp_path, header, row):
+    days = [pd.Timestamp("2020-01-02"), pd.Timestamp("2020-01-03")]
+    lines = [
+        row.format(d=d.date(), e=int(d.timestamp()), ms=int(d.timestamp()) * 1000) for d in days
+    ]
+    df = load_ohlcv(write(tmp_path, header + "\n" + "\n".join(lines) + "\n"))
+    assert list(df.index) == days
+    assert df.iloc[0].tolist() == [1.0, 2.0, 0.5, 1.5, 10.0]

@@ -41,8 +41,8 @@ __all__ = [
 OHLCV_COLUMNS: tuple[str, ...] = ("open", "high", "low", "close", "volume")
 _PRICE_COLUMNS = ("open", "high", "low", "close")
 
-# Normalised header (lower case, '_'/'-' -> ' ', '<>' and a trailing '.' dropped, spaces
-# collapsed) -> canonical column.
+# Normalised header (lower case, '_'/'-' -> ' ', '<>', trailing footnote '*' and a trailing '.'
+# dropped, spaces collapsed) -> canonical column.
 _ALIASES: dict[str, str] = {
     "open": "open",
     "o": "open",
@@ -56,6 +56,13 @@ _ALIASES: dict[str, str] = {
     "vol": "volume",
     "v": "volume",
     "regime": "regime",
+    # Nasdaq.com's historical quotes, Bloomberg's field names.
+    "close/last": "close",
+    "px open": "open",
+    "px high": "high",
+    "px low": "low",
+    "px last": "close",
+    "px volume": "volume",
 }
 # The same names in the languages of common localised exports (investing.com, onvista, boursorama,
 # broker statements): German, French, Spanish, Italian, Portuguese, Dutch, Polish.
@@ -84,7 +91,12 @@ _DECIMAL_COMMA_HEADERS = frozenset(
 # unadjusted open/high/low is usually wrong), "price"/"last" (investing.com, exchange exports) and
 # tick volume (MetaTrader exports carry both <TICKVOL> and <VOL>).
 _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
-    "adj close": ("close", frozenset({"adj close", "adjclose", "adjusted close"})),
+    "adj close": ("close", frozenset({"adj close", "adjclose", "adjusted close", "adj. close"})),
+    # Quandl's adjusted-only exports: one adjustment for every column, so they stay consistent.
+    "adj open": ("open", frozenset({"adj open", "adj. open", "adjusted open"})),
+    "adj high": ("high", frozenset({"adj high", "adj. high", "adjusted high"})),
+    "adj low": ("low", frozenset({"adj low", "adj. low", "adjusted low"})),
+    "adj volume": ("volume", frozenset({"adj volume", "adj. volume", "adjusted volume"})),
     "last": ("close", frozenset({"last", "last price", "price", *_LOCALISED_LAST})),
     "tick volume": ("volume", frozenset({"tickvol", "tick volume", "tickvolume", "ticks"})),
 }
@@ -93,7 +105,9 @@ _TIMESTAMP_ALIASES = (
     "timestamp",
     "datetime",
     "date time",
+    "date/time",
     "date",
+    "dates",
     "datum",
     "fecha",
     "data",
@@ -101,6 +115,8 @@ _TIMESTAMP_ALIASES = (
     "gmt time",
     "utc time",
     "time utc",
+    "time (utc)",
+    "date (utc)",
     "timestamp utc",
     "datetime utc",
     "local time",
@@ -110,6 +126,9 @@ _TIMESTAMP_ALIASES = (
     "trading date",
     "day",
     "ts",
+    "unix",
+    "unix timestamp",
+    "t",
     "unnamed: 0",
     "index",
     "",
@@ -117,6 +136,7 @@ _TIMESTAMP_ALIASES = (
 # Columns holding only the date; a "time" column next to one of them holds the time of day.
 _DATE_ONLY_ALIASES = (
     "date",
+    "dates",
     "datum",
     "fecha",
     "data",
@@ -134,7 +154,7 @@ _SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz", ".parquet"
 
 def _norm(name: object) -> str:
     text = str(name).strip().lower().replace("_", " ").replace("-", " ")
-    text = text.replace("<", "").replace(">", "").rstrip(".")
+    text = text.replace("<", "").replace(">", "").rstrip("*").rstrip(".")
     return " ".join(text.split())
 
 
@@ -215,6 +235,11 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             if len(frame) and not filled[-1]:
                 frame = frame.iloc[: int(np.flatnonzero(filled)[-1]) + 1 if filled.any() else 0]
             frame.attrs["delimiter"] = sep
+            commented = [
+                line for line in head[:skip] if line.startswith("#") and _header_names(line) >= 3
+            ]
+            if commented:
+                frame.attrs["commented_header"] = commented[-1]
             frame = _yfinance_layout(frame, label)
     except DataError:
         raise
@@ -264,16 +289,30 @@ def _sniff_text(path: Path, suffix: str) -> tuple[str, list[str]]:
     return encoding, raw.decode(encoding, errors="replace").splitlines()[:50]
 
 
+def _header_names(line: str) -> int:
+    """How many fields of a line are column names this loader knows (date, open, close, ...)."""
+    fields = re.split(r"[,;\t|]", line)
+    return sum(_norm(f.strip('"')) in _ALIASES or _norm(f.strip('"')) in _TIMESTAMP_ALIASES[:-1]
+               for f in fields)  # fmt: skip
+
+
 def _leading_comments(lines: list[str]) -> int:
     """Lines before the header: blank, starting with '#', or a single field (the URL line that
-    CryptoDataDownload puts first, a title)."""
+    CryptoDataDownload puts first, a title); or a title holding a delimiter (``Apple Inc.,
+    daily prices``) when a later line among the first few is the header and it is not."""
     n = 0
     for line in lines:
         text = line.strip()
         if text and not text.startswith("#") and any(d in text for d in ",;\t|"):
             break
         n += 1
-    return n if n < len(lines) else 0
+    if n >= len(lines):
+        return 0
+    if _header_names(lines[n]) < 3:
+        for k in range(n + 1, min(n + 5, len(lines))):
+            if _header_names(lines[k]) >= 3:
+                return k
+    return n
 
 
 def _check_field_counts(lines: list[str], sep: str, first_line: int, label: str) -> None:
@@ -359,6 +398,11 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
     if missing:
         seen = ", ".join(str(c) for c in frame.columns) or "(none)"
         if sum(_looks_like_data(c) for c in frame.columns) >= 3:
+            if "commented_header" in frame.attrs:
+                raise DataError(
+                    f"{label}: the header is commented out "
+                    f"({_fmt(frame.attrs['commented_header'])}): remove the '#'"
+                )
             raise DataError(
                 f"{label}: the first line looks like data, not a header (found: {seen}); add a "
                 "header row such as date,open,high,low,close,volume"
@@ -384,15 +428,36 @@ def _one_instrument(frame: pd.DataFrame, label: str) -> None:
                 )
 
 
+# Words that may qualify a volume column's name without changing what it counts.
+_VOLUME_QUALIFIERS = frozenset(
+    {"base", "quote", "asset", "total", "traded", "trade", "shares", "contracts", "units", "in"}
+    | {"from", "to", "usd", "usdt", "usdc", "busd", "eur", "gbp", "jpy", "btc", "eth"}
+)
+# Upper-case words that are indicators, not currency or asset codes (``Volume SMA``).
+_VOLUME_INDICATORS = frozenset({"SMA", "EMA", "WMA", "OBV", "AVG", "OSC", "RSI", "VWAP", "MACD"})
+
+
+def _plain_volume_name(col: object) -> bool:
+    """``Volume BTC``, ``volume_usd``, ``base_volume``, ``quote_asset_volume``: a volume in some
+    unit. Not ``Volume MA``, ``Up Volume``, ``Relative Volume``, ``taker_buy_base_asset_volume``:
+    indicators and partial volumes would feed the volume feature something else."""
+    words = re.sub(r"[()\[\]_\-/]", " ", str(col)).split()
+    if not {"volume", "vol"} & {w.lower() for w in words}:
+        return False
+    for word in words:
+        low = word.lower()
+        if low in ("volume", "vol") or low in _VOLUME_QUALIFIERS:
+            continue
+        code = word.isalpha() and word.isupper() and 3 <= len(word) <= 5  # BTC, USDT
+        if not (code and word not in _VOLUME_INDICATORS):
+            return False
+    return True
+
+
 def _volume_variant(frame: pd.DataFrame, label: str) -> object | None:
-    """A volume column under a qualified name (``Volume BTC``, ``volume_usd``, ``base_volume``,
-    ``quote_asset_volume``): base-asset volume before quote-asset volume, the first of equals."""
-    candidates = [
-        col
-        for col in frame.columns
-        if {"volume", "vol"} & set(_norm(col).replace("(", " ").replace(")", " ").split())
-        and not {"tick", "ticks", "tickvol"} & set(_norm(col).split())
-    ]
+    """A volume column under a qualified name (see :func:`_plain_volume_name`): base-asset
+    volume before quote-asset volume, the first of equals."""
+    candidates = [col for col in frame.columns if _plain_volume_name(col)]
     if not candidates:
         return None
     base = [
@@ -468,16 +533,13 @@ def _clock_times(times: pd.Series) -> pd.Series:
     return clock if hhmm else clock + ":" + padded.str[4:6]
 
 
-def _epoch_unit(values: np.ndarray) -> str:
-    """Seconds, ms, us or ns from magnitude: 1e11 s is the year 5138, 1e11 ms is 1973."""
-    biggest = float(np.max(np.abs(values))) if values.size else 0.0
-    if biggest < 1e11:
-        return "s"
-    if biggest < 1e14:
-        return "ms"
-    if biggest < 1e17:
-        return "us"
-    return "ns"
+_EPOCH_UNITS = ("s", "ms", "us", "ns")
+
+
+def _epoch_units(values: np.ndarray) -> np.ndarray:
+    """Per value, the index in ``_EPOCH_UNITS`` read from its magnitude: 1e11 s is the year
+    5138, 1e11 ms is 1973, so the units' ranges of real dates lie 1000x apart."""
+    return np.searchsorted([1e11, 1e14, 1e17], np.abs(values), side="right")
 
 
 def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeIndex:
@@ -519,16 +581,41 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
                 "are neither dates (YYYYMMDD, YYYYMMDDHHMM[SS], a year) nor Unix epoch times; "
                 "write dates such as 2023-01-31 or 2023-01-31 09:30"
             )
-        unit = _epoch_unit(values)
+        units = _epoch_units(values)
+        changed = units != units[0]
+        if changed.any():
+            # Binance's klines went from ms to us on 2025-01-01: files joined across that date
+            # hold both. Each value is unambiguous on its own; say where the unit changes.
+            pos = int(np.argmax(changed))
+            log.warning(
+                "%s: column %r: epoch times change unit at row %d (%s to %s); each value is "
+                "read in its own unit",
+                label,
+                column,
+                pos + 1,
+                _EPOCH_UNITS[units[0]],
+                _EPOCH_UNITS[units[pos]],
+            )
+        stamps = np.empty(len(values), dtype="datetime64[ns]")
         try:
-            parsed = pd.DatetimeIndex(pd.to_datetime(values, unit=unit))
+            for code in np.unique(units):
+                mask = units == code
+                unit = _EPOCH_UNITS[code]
+                stamps[mask] = pd.to_datetime(values[mask], unit=unit).to_numpy("datetime64[ns]")
         except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
             raise fail_at(int(np.argmax(np.abs(values))), "timestamp out of range:") from None
+        parsed = pd.DatetimeIndex(stamps)
     else:
         text = raw.astype(str).str.strip()
         if text.str.fullmatch(r"-?\d+(\.0*)?").all():
             # Epoch numbers stored as text (e.g. a string-typed Parquet column).
             return _parse_timestamps(pd.to_numeric(text), label, column)
+        if text.str.fullmatch(_TIME_OF_DAY).all():
+            raise DataError(
+                f"{label}: column {column!r} holds times of day without a date (first value "
+                f"{_fmt(raw.iloc[0])}); write full timestamps (2023-01-31 09:30) or add a "
+                "date column"
+            )
         parsed = _parse_text_timestamps(text, label, column)
         if parsed is None:
             with warnings.catch_warnings():
@@ -556,6 +643,26 @@ _ISO = re.compile(
 # A day-month-year or month-day-year date with a two-digit year (01/02/23, 02-Jan-23).
 _TWO_DIGIT_YEAR = re.compile(r"(\d{1,2}([/.\-])(?:\d{1,2}|[A-Za-z]{3,9})\2)(\d{2})(?=$|[\sT])")
 _NUMERIC_DATE = re.compile(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
+_TIME_OF_DAY = re.compile(r"\d{1,2}:\d{2}(:\d{2}([.,]\d+)?)?\s*([AaPp]\.?[Mm]\.?)?")
+# A 12-hour clock after the date (03/05/2020 02:30:00 PM), which pandas infers no format for.
+_TWELVE_HOUR = re.compile(
+    r"(?P<date>.*?\S)(?P<sep>\s+)(?P<time>\d{1,2}:\d{2}(?P<sec>:\d{2})?)(?P<gap>\s*)[AaPp][Mm]"
+)
+
+
+def _guess_formats(first: str, dayfirst: bool) -> str | None:
+    """pandas' format guess, extended to 12-hour clocks after the date."""
+    fmt = guess_datetime_format(first, dayfirst=dayfirst)
+    if fmt is not None:
+        return fmt
+    m = _TWELVE_HOUR.fullmatch(first)
+    if m is None:
+        return None
+    date_fmt = guess_datetime_format(m["date"], dayfirst=dayfirst)
+    if date_fmt is None:
+        return None
+    clock = "%I:%M:%S" if m["sec"] else "%I:%M"
+    return f"{date_fmt}{m['sep']}{clock}{m['gap']}%p"
 
 
 def _four_digit_years(text: pd.Series) -> pd.Series:
@@ -593,7 +700,12 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
         first = str(text.iloc[0])
         formats: list[str] = []
         for dayfirst in (True, False) if dotted else (False, True):
-            fmt = guess_datetime_format(first, dayfirst=dayfirst)
+            fmt = _guess_formats(first, dayfirst)
+            if fmt is not None and not re.search("%[Yy]", fmt):
+                raise DataError(
+                    f"{label}: column {column!r} holds dates without a year (first value "
+                    f"{_fmt(original.iloc[0])}); write the year (2023-01-31)"
+                )
             year_day_month = fmt is not None and re.match(r"%Y\W?%d", fmt)
             if fmt is not None and fmt not in formats and not year_day_month:
                 formats.append(fmt)
@@ -638,6 +750,11 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
             )
         if text.str.contains(_NUMERIC_DATE).any():
             return None  # value by value could swap day and month in some rows only
+        if not text.str.contains(r"\d{4}").any():  # two-digit years were widened above
+            raise DataError(
+                f"{label}: column {column!r} holds dates without a year (first value "
+                f"{_fmt(original.iloc[0])}); write the year (2023-01-31)"
+            )
         try:  # month names, weekdays, free text: value by value is unambiguous
             result = pd.to_datetime(text, utc=True, format="mixed")
         except (ValueError, TypeError, OverflowError):
@@ -652,10 +769,14 @@ _COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d"
 _DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d"
 
 
-def _decimal_comma(values: pd.DataFrame, label: str, default: bool = False) -> bool:
+def _decimal_comma(
+    values: pd.DataFrame, label: str, localised: bool = False, delimiter: str = ","
+) -> bool:
     """Whether a file writes decimals with a comma, from the evidence in its numbers; a file
-    showing both conventions is refused, one showing neither (only three-digit groups, e.g.
-    16.750) gets ``default``: a decimal point unless its headers are localised."""
+    showing both conventions is refused. One showing neither (only three-digit groups, e.g.
+    16.750) is settled by repeated groups (1.234.567), then by localised headers (a comma),
+    then by a ';' delimiter, which spreadsheets write where the comma is the decimal mark, when
+    its numbers hold commas (1,100); otherwise, with a logged warning, a decimal point."""
     text = values.astype(str).stack().str.strip()
     comma = text.str.contains(_COMMA_DECIMAL, regex=True)
     dot = text.str.contains(_DOT_DECIMAL, regex=True)
@@ -665,7 +786,28 @@ def _decimal_comma(values: pd.DataFrame, label: str, default: bool = False) -> b
             f"{text[dot].iloc[0]!r} (point); write one convention"
         )
     if not comma.any() and not dot.any():
-        return default
+        dot_groups = text.str.contains(r"\d\.\d{3}\.\d{3}\b", regex=True).any()
+        comma_groups = text.str.contains(r"\d,\d{3},\d{3}\b", regex=True).any()
+        if dot_groups != comma_groups:
+            return bool(dot_groups)  # 1.234.567: the dot groups thousands
+        grouped = text[text.str.contains(r"\d[.,]\d{3}\b", regex=True)]
+        if not len(grouped):
+            return localised
+        commas = grouped.str.contains(",", regex=False)
+        if localised:
+            why, result = "localised headers", True
+        elif delimiter == ";" and commas.all():
+            why, result = "a ';'-delimited file", True
+        else:
+            why, result = "no other evidence", False
+        log.warning(
+            "%s: numbers such as %r show no decimal mark of their own; read with a decimal %s (%s)",
+            label,
+            grouped.iloc[0],
+            "comma" if result else "point",
+            why,
+        )
+        return result
     return bool(comma.any())
 
 
@@ -674,6 +816,7 @@ def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
     and K/M/B suffixes (investing.com volumes), with the file's decimal mark (see
     :func:`_decimal_comma`); anything still unreadable becomes NaN for the caller to report."""
     text = raw.astype(str).str.strip().str.replace(r"[\s'\u00a0]", "", regex=True)
+    text = text.str.replace(r"^([+-]?)[$€£¥]", r"\1", regex=True)  # Nasdaq.com's $182.01
     group, mark = (".", ",") if decimal_comma else (",", ".")
     grouped = rf"[+-]?(\d{{1,3}}(\{group}\d{{3}})+|\d+)(\{mark}\d*)?[kKmMbB]?"
     ok = text.str.fullmatch(grouped)
@@ -736,11 +879,14 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     every value fits, else HHMMSS) or a DatetimeIndex. ISO 8601 strings are read as such (offsets
     converted to UTC); other strings are read with ONE format for the whole column, inferred from
     the first value month-first, then day-first (day-first first for dd.mm.yyyy), two-digit years
-    included. Integers are YYYYMMDD[HHMM[SS]] or a year, else unix epochs whose unit (s/ms/us/ns)
-    is read from their magnitude; small numbers (a row index) are refused. Numbers may carry
+    included, 12-hour clocks too; a column of times without dates, or dates without a year, is
+    refused. Integers are YYYYMMDD[HHMM[SS]] or a year, else unix epochs whose unit (s/ms/us/ns)
+    is read from each value's magnitude (a change of unit part way is logged); small numbers (a
+    row index) are refused. A title line before the header is skipped. Numbers may carry
     thousands separators or K/M/B suffixes; the decimal mark is read from the numbers themselves
     (in comma-delimited files, from the quoted ones), and from localised headers (``Datum``,
-    ``Zuletzt``, ``Eröffn.``, ``Clôture``, ``Máximo``, ...) when the numbers do not settle it. A
+    ``Zuletzt``, ``Eröffn.``, ``Clôture``, ``Máximo``, ...) or a ``;`` delimiter when the numbers
+    do not settle it (see :func:`_decimal_comma`). A
     file whose rows are all newest-first is reversed (with a logged warning); a missing volume
     column, or one of only ``-`` placeholders, becomes zeros (logged). A file holding several
     instruments (a symbol/ticker column with more than one value) is refused.
@@ -769,7 +915,8 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     # Headers in a language that writes decimal commas (Eröffnung, Clôture, ...) settle a file
     # whose numbers show no decimal mark of their own (16.750 is then sixteen thousand).
     localised = any(_norm(found[c]) in _DECIMAL_COMMA_HEADERS for c in _PRICE_COLUMNS)
-    decimal_comma = _decimal_comma(frame[cols], label, localised) if cols else False
+    delimiter = frame.attrs.get("delimiter", ",")
+    decimal_comma = _decimal_comma(frame[cols], label, localised, delimiter) if cols else False
     back = np.diff(timestamps.asi8)
     reversed_rows = n > 1 and bool(np.all(back <= 0)) and bool(np.any(back < 0))
     if reversed_rows:
@@ -820,6 +967,15 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
         ticks = _to_float(frame[col].reset_index(drop=True), label, str(col), where, decimal_comma)
         if np.isfinite(ticks).all():
             values["volume"], names["volume"] = ticks, str(col)
+    if "volume" not in found and names["volume"] == "volume":
+        others = [repr(str(c)) for c in frame.columns if re.search(r"(?i)vol", str(c))]
+        log.warning(
+            "%s: no volume column%s; volume set to 0",
+            label,
+            f" ({', '.join(others)}: an indicator or a partial volume, not taken)"
+            if others
+            else "",
+        )
 
     for canon in _PRICE_COLUMNS:
         bad = values[canon] <= 0
