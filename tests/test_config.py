@@ -208,3 +208,14 @@ def test_parse_override() -> None:
     k, v = parse_override("gradient_accumulation_steps=0")
     with pytest.raises(ConfigError, match="gradient_accumulation_steps must be greater than 0"):
         DQNHyperparameters(**{k: v})
+
+
+def test_epsilon_settings_of_a_noisy_net_run_are_reported_as_ignored():
+    from foxhunt.session import _ignored_exploration
+
+    H = DQNHyperparameters
+    assert _ignored_exploration(H(exploration_final_eps=0.2)) == []  # epsilon-greedy: used
+    assert _ignored_exploration(H(noisy_nets=True)) == []  # defaults: nothing was asked for
+    assert _ignored_exploration(H.rainbow()) == []  # zeros: epsilon off, as noisy nets act
+    ignored = H(noisy_nets=True, exploration_final_eps=0.2, exploration_fraction=0.5)
+    assert _ignored_exploration(ignored) == ["exploration_final_eps", "exploration_fraction"]

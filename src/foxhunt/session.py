@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from foxhunt._io import atomic_write_text
+from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
 from foxhunt.runs import RunSpec, load_model, load_spec, make_envs, model_policy, save_model
 from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
@@ -144,6 +145,15 @@ def _train_loop(
     return summary
 
 
+def _ignored_exploration(hp: DQNHyperparameters) -> list[str]:
+    """Epsilon settings a noisy-net run was given (other than the defaults, or 0) and ignores."""
+    if not hp.noisy_nets:
+        return []
+    fields = type(hp).model_fields
+    names = ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction")
+    return [k for k in names if getattr(hp, k) not in (fields[k].default, 0.0)]
+
+
 def run_training(
     spec: RunSpec,
     run_dir: Path,
@@ -166,6 +176,12 @@ def run_training(
             "model is the untrained one (raise --total-steps or lower learning_starts)",
             hp.learning_starts,
             spec.total_env_steps,
+        )
+    ignored = _ignored_exploration(hp)
+    if ignored:
+        log.warning(
+            "noisy_nets explores through its noise and acts without epsilon: %s ignored",
+            ", ".join(f"{k}={getattr(hp, k)}" for k in ignored),
         )
     trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
     if not info.is_main:  # data-parallel worker: trains in lockstep, writes nothing
