@@ -230,3 +230,40 @@ def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> N
             restore_state(trainer, tensors, old)
     finally:
         trainer.close()
+
+
+def test_checkpoints_hold_nn_linear_layout_for_an_input_major_first_layer() -> None:
+    """CartPole's 4 inputs make the first layer input-major (InputMajorLinear). Checkpoints hold
+    its weight and Adam state in nn.Linear's [out, in] layout, as checkpoints written before that
+    layout existed do, and a restore puts them back in the parameter's own storage layout (the
+    fused Adam kernel reads parameter and state as flat memory, so they must match)."""
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.networks import InputMajorLinear
+    from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+
+    torch.set_num_threads(1)
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,), learning_starts=32, batch_size=32, eval_interval=0, device="cpu"
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        trainer.learn(96)
+        first = trainer.agent.online_net.torso[0]
+        assert isinstance(first, InputMajorLinear) and first.weight_t.shape == (4, 8)
+        idx = next(i for i, p in enumerate(trainer.agent.params) if p is first.weight_t)
+        live = trainer.agent.optimizer.state[first.weight_t]
+        tensors, state = capture_state(trainer)
+        tensors = {k: v.clone() for k, v in tensors.items()}
+        assert tensors["online.torso.0.weight"].shape == (8, 4)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(tensors[f"optim.{idx}.{key}"], live[key].t())
+        expected = {k: v.clone() for k, v in live.items() if torch.is_tensor(v)}
+        trainer.learn(160)  # move on, then go back
+        restore_state(trainer, tensors, state)
+        restored = trainer.agent.optimizer.state[first.weight_t]
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(restored[key], expected[key]) and restored[key].is_contiguous()
+        assert capture_state(trainer)[1] == state
+        trainer.learn(192)  # and the restored state trains
+    finally:
+        trainer.close()

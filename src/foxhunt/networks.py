@@ -102,6 +102,14 @@ class NoisyLinear(nn.Module):
         return F.linear(x, weight, bias)
 
 
+def stored_transposed(net: nn.Module) -> list[bool]:
+    """Per parameter, whether it is stored transposed from ``nn.Linear``'s ``[out, in]`` layout
+    (an :class:`InputMajorLinear` weight). Files hold nn.Linear's layout, optimizer state
+    included, so checkpoints do not depend on the storage and those from before it still load."""
+    flipped = {id(m.weight_t) for m in net.modules() if isinstance(m, InputMajorLinear)}
+    return [id(p) in flipped for p in net.parameters()]
+
+
 class QNetwork(nn.Module):
     """MLP torso + (dueling) head(s) producing ``[B, A]`` Q-values or ``[B, A, N]`` atoms.
 

@@ -30,6 +30,7 @@ from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError
 from foxhunt.health import HealthMonitor
 from foxhunt.learner import DQNAgent
+from foxhunt.networks import stored_transposed
 from foxhunt.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
 from foxhunt.replay.nstep import Counterfactuals
 
@@ -675,10 +676,13 @@ def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[st
         tensors[f"target.{k}"] = v
     opt = agent.optimizer.state_dict()
     opt_scalars: dict[str, dict[str, Any]] = {}
+    flips = stored_transposed(agent.online_net)
     for idx, st in opt["state"].items():
         for key, val in st.items():
             if torch.is_tensor(val):
-                tensors[f"optim.{idx}.{key}"] = val
+                # Per-parameter state in the parameter's file layout (nn.Linear's).
+                flip = flips[idx] and val.dim() == 2
+                tensors[f"optim.{idx}.{key}"] = val.t() if flip else val
             else:
                 opt_scalars.setdefault(str(idx), {})[key] = val
     tensors["rng.torch"] = torch.get_rng_state()
@@ -1009,6 +1013,10 @@ def _check_state(
     for key, ref in fixed.items():
         _check_tensor(tensors, key, ref.dtype, tuple(ref.shape))
     params = list(agent.online_net.parameters())
+    shapes = [
+        tuple(reversed(p.shape)) if flip else tuple(p.shape)
+        for p, flip in zip(params, stored_transposed(agent.online_net), strict=True)
+    ]
     if values["optimizer.n_state"] > len(params):
         raise CheckpointError(
             f"checkpoint state field optimizer.n_state must be at most the "
@@ -1032,11 +1040,11 @@ def _check_state(
         idx = key.split(".")[1]
         if not idx.isdigit() or int(idx) >= len(params) or len(key.split(".")) != 3:
             raise CheckpointError(f"checkpoint holds unexpected tensor {key!r}")
-        p = params[int(idx)]
-        if not t.is_floating_point() or tuple(t.shape) not in ((), tuple(p.shape)):
+        shape = shapes[int(idx)]
+        if not t.is_floating_point() or tuple(t.shape) not in ((), shape):
             raise CheckpointError(
                 f"checkpoint tensor {key!r} is {t.dtype} {tuple(t.shape)}, "
-                f"expected a float scalar or {tuple(p.shape)}"
+                f"expected a float scalar or {shape}"
             )
 
 
@@ -1084,9 +1092,12 @@ def _apply_state(
     )
     stage[0] = "optimizer"
     opt_state: dict[int, dict[str, Any]] = {}
+    flips = stored_transposed(agent.online_net)
     for k, v in tensors.items():
         if k.startswith("optim."):
             _, idx, key = k.split(".", 2)
+            if flips[int(idx)] and v.dim() == 2:  # file layout -> the parameter's storage
+                v = v.t().contiguous()
             opt_state.setdefault(int(idx), {})[key] = v
     for idx, scalars in state["optimizer"]["scalars"].items():
         opt_state.setdefault(int(idx), {}).update(scalars)
