@@ -218,8 +218,15 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(
     assert_same_run(reference.done(), crashed)
 
 
-def test_ctrl_c_checkpoint_resumes_exactly(tmp_path: Path, reference: Reference) -> None:
-    """Ctrl-C (SIGINT) saves a checkpoint; twice interrupted, the run must still be exact."""
+@pytest.mark.parametrize(
+    "signum,code,said",
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+)
+def test_ctrl_c_checkpoint_resumes_exactly(
+    tmp_path: Path, reference: Reference, signum: int, code: int, said: str
+) -> None:
+    """Ctrl-C (SIGINT) or kill's SIGTERM saves a checkpoint; twice interrupted, the run must
+    still be exact."""
     run_dir = tmp_path / "interrupted"
     rng = random.Random(7)
     for argv in (train_args(run_dir), ["resume", str(run_dir), "--no-progress"]):
@@ -239,9 +246,10 @@ def test_ctrl_c_checkpoint_resumes_exactly(tmp_path: Path, reference: Reference)
         end = time.monotonic() + 120
         while proc.poll() is None and not after_a_save() and time.monotonic() < end:
             time.sleep(0.001)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 130 and "Traceback" not in err, err
+        assert proc.returncode == code and "Traceback" not in err, err
+        assert f"foxhunt: {said} at env step" in err, err
         assert f"checkpoint saved: continue with `foxhunt resume {run_dir}`" in err, err
     done = subprocess.run(
         cli("resume", str(run_dir), "--no-progress"),

@@ -8,11 +8,13 @@ before the run directory is created.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import re
 import shutil
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -423,12 +425,22 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: returns the exit code (0 ok, 2 user error, 130 interrupted)."""
+    """Entry point: returns the exit code (0 ok, 2 user error, 130 interrupted, 143 SIGTERM)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    terminated: list[int] = []
+    with contextlib.suppress(ValueError):  # only the main thread may set handlers
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            # kill, docker stop, Slurm and Kubernetes stop a job with SIGTERM: stop as Ctrl-C
+            # does, so training leaves a checkpoint to resume instead of losing the run.
+            terminated.append(signum)
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, on_sigterm)
     try:
         if args.command == "train":
             import torch
@@ -447,8 +459,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"foxhunt: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
-        print(f"foxhunt: {_interrupted(err, args)}", file=sys.stderr)
-        return 130
+        terminated += [s for s in [getattr(err, "signum", None)] if s == signal.SIGTERM]
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(
+            f"foxhunt: {how}{_interrupted(err, args).removeprefix('interrupted')}", file=sys.stderr
+        )
+        return 128 + signal.SIGTERM if terminated else 130
     except OSError as err:  # the filesystem said no: a path the user chose, a full disk
         where = f": {err.filename}" if err.filename else ""
         what = err.strerror or _one_line(err)

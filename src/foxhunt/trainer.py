@@ -118,12 +118,16 @@ def episode_returns(
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C honoured at a loop boundary; says where training stopped and what was saved."""
+    """Ctrl-C (or SIGTERM) honoured at a loop boundary; says where training stopped, what was
+    saved and which signal asked (``signum``)."""
 
-    def __init__(self, env_steps: int, checkpoint: Path | None) -> None:
+    def __init__(
+        self, env_steps: int, checkpoint: Path | None, signum: int = signal.SIGINT
+    ) -> None:
         super().__init__(env_steps, checkpoint)
         self.env_steps = env_steps
         self.checkpoint = checkpoint
+        self.signum = signum
 
 
 @dataclass
@@ -222,7 +226,7 @@ class DQNTrainer:
         self._next_ckpt = hp.checkpoint_interval if hp.checkpoint_interval else math.inf
         self._checkpointer: Any | None = None
         self._pending_eval: float | None = None
-        self._interrupt_requested = False
+        self._interrupt_requested = 0
         self.best_state: dict[str, torch.Tensor] | None = None
         self._t_origin = time.perf_counter()
         log.info(
@@ -528,18 +532,20 @@ class DQNTrainer:
                         log.warning(
                             "interrupted at env step %d: saving a checkpoint", self.env_steps
                         )
-                    raise TrainingInterrupted(self.env_steps, self.save_checkpoint())
+                    signum = self._interrupt_requested
+                    raise TrainingInterrupted(self.env_steps, self.save_checkpoint(), signum)
         finally:
             if progress is not None:
                 progress.close()
 
     @contextlib.contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
-        """Turn the first Ctrl-C into a request honoured at the next loop boundary.
+        """Turn the first Ctrl-C or SIGTERM (kill, docker stop, Slurm) into a request honoured
+        at the next loop boundary, so the run stops with a checkpoint to resume.
 
-        A second Ctrl-C interrupts at once (no checkpoint), for a loop stuck in a slow env.
+        A second signal interrupts at once (no checkpoint), for a loop stuck in a slow env.
         """
-        self._interrupt_requested = False
+        self._interrupt_requested = 0  # the signal number asking to stop; 0 while none did
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -547,13 +553,15 @@ class DQNTrainer:
         def request(signum: int, frame: Any) -> None:
             if self._interrupt_requested:
                 raise KeyboardInterrupt
-            self._interrupt_requested = True
+            self._interrupt_requested = signum
 
-        previous = signal.signal(signal.SIGINT, request)
+        stops = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, request) for sig in stops}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _run_eval(self) -> None:
         ret = self.evaluate()
