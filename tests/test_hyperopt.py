@@ -320,9 +320,25 @@ def test_cli_hyperopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert out["trials"] == 2 and out["best_hyperparameters"]["hidden_sizes"][0] in (16, 32, 64)
     assert (run_dir / "best_config.yaml").is_file() and (run_dir / "trials.csv").is_file()
 
-    assert main([*argv, "--storage", "notaurl"]) == 2
+    # Another search into the same directory is refused: it would overwrite these results.
+    assert main([*argv, "--trials", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--run-dir already holds another search's results (best_config.yaml, trials.csv" in err
+    assert len((run_dir / "trials.csv").read_text().splitlines()) == 3  # untouched
+
+    assert main([*argv, "--storage", "notaurl", "--run-dir", str(tmp_path / "other")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("foxhunt: error: storage") and "notaurl" in err and "\n" not in err
+
+    # A stored study continues into its own directory; --force replaces another search.
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    stored = [*argv, "--trials", "1", "--storage", storage, "--run-dir", str(tmp_path / "s")]
+    assert main(stored) == 0 and main(stored) == 0
+    capsys.readouterr()
+    assert len((tmp_path / "s" / "trials.csv").read_text().splitlines()) == 3  # both trials
+    assert main([*stored, "--study-name", "other"]) == 2
+    assert main([*argv, "--trials", "1", "--force"]) == 0
+    assert len((run_dir / "trials.csv").read_text().splitlines()) == 2
 
 
 def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(

@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--study-name", default="foxhunt")
     h.add_argument("--run-dir", help="where to write the best configuration")
     h.add_argument("--seed", type=_non_negative_int("--seed"))
+    h.add_argument(
+        "--force", action="store_true", help="replace another search's results in --run-dir"
+    )
 
     d = sub.add_parser("data", help="market data tools")
     dsub = d.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
@@ -347,10 +350,35 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_search_dir(path: Path, study_name: str, storage: str | None, force: bool) -> None:
+    """A search writes into a directory holding results only to continue the stored study they
+    describe (``study.json``); anything else would overwrite them with another search's."""
+    from foxhunt.hyperopt import STUDY_FILE, study_identity
+
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
+    held = [n for n in ("best_config.yaml", "trials.csv") if (path / n).is_file()]
+    if force or not held:
+        return
+    try:
+        recorded = json.loads((path / STUDY_FILE).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if storage is not None and recorded == study_identity(study_name, storage):
+        return  # continuing the same stored study: the files will describe all of it
+    raise ConfigError(
+        f"--run-dir already holds another search's results ({', '.join(held)} in {path}): "
+        "another --run-dir, --force to replace them, or the same --storage and --study-name "
+        "to continue a stored study"
+    )
+
+
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from foxhunt.hyperopt import run_hyperopt
 
     spec = _spec_from_args(args)
+    if args.run_dir:
+        _check_search_dir(Path(args.run_dir), args.study_name, args.storage, args.force)
     best = run_hyperopt(
         spec,
         n_trials=args.trials,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 import math
 from collections import Counter
@@ -360,6 +361,15 @@ def _best_config_yaml(
     return header + best_spec.to_yaml()
 
 
+STUDY_FILE = "study.json"
+
+
+def study_identity(study_name: str, storage: str | None) -> dict[str, Any]:
+    """Which study a run directory's files describe (``study.json``): a later search may write
+    there only to continue that stored study, or the files would mix two searches."""
+    return {"study_name": study_name, "storage": _redact(storage) if storage else None}
+
+
 def run_hyperopt(
     spec: RunSpec,
     *,
@@ -415,6 +425,8 @@ def run_hyperopt(
     if out_dir is not None:
         atomic_write_text(out_dir / "trials.csv", _trials_csv(study))
         files["trials"] = str(out_dir / "trials.csv")
+        identity = json.dumps(study_identity(study_name, storage), indent=2) + "\n"
+        atomic_write_text(out_dir / STUDY_FILE, identity)
     if interrupted and not complete:
         raise KeyboardInterrupt
     if not complete:
