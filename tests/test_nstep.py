@@ -191,3 +191,24 @@ def test_state_round_trip_mid_episode() -> None:
     c = NStepAccumulator(4, 0.9, 2)
     c.load_state(NStepAccumulator(4, 0.9, 2).state_tensors(), {"lengths": [0, 0]})
     assert [len(q) for q in c.queues] == [0, 0]
+
+
+def test_training_waits_for_the_first_n_step_transition() -> None:
+    """learning_starts counts env steps, but 4 envs x 5-step returns hold their first 4 steps
+    back each: at env step 8 the replay is still empty, and training must wait for it rather
+    than sample nothing."""
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,), n_envs=4, n_step=5, learning_starts=8, batch_size=8,
+        train_freq=4, eval_interval=0, device="cpu", seed=0,
+    )  # fmt: skip
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        trainer.learn(8)
+        assert trainer.replay.size == 0 and trainer.agent.optimizer_steps == 0
+        trainer.learn(200)
+        assert trainer.replay.size > 0 and trainer.agent.optimizer_steps > 0
+    finally:
+        trainer.close()

@@ -509,7 +509,9 @@ class DQNTrainer:
             while self.env_steps < total_env_steps:
                 self.collect_step()
                 rounds = self.env_steps // hp.train_freq
-                if self.env_steps >= hp.learning_starts:
+                # learning_starts counts env steps; with n-step returns across many envs the
+                # replay can still be empty then (each env holds its first n-1 steps back).
+                if self.env_steps >= hp.learning_starts and self.replay.size > 0:
                     for _ in range(rounds - self._train_rounds):
                         for _ in range(hp.gradient_steps):
                             self._accumulate(self.train_step())
