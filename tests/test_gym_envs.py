@@ -47,6 +47,7 @@ def test_toy_text_state_round_trips_for_exact_resume() -> None:
     [
         ("NoSuchEnv-v0", "env must be a registered Gymnasium id, got: 'NoSuchEnv-v0'"),
         ("Taxi-v3", "'Taxi-v3'"),
+        ("no_such_module:Env-v0", "needs a package that is not installed: No module named"),
     ],
 )
 def test_bad_ids_name_the_env(env_id: str, needle: str) -> None:

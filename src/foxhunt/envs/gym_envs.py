@@ -37,9 +37,12 @@ def make_gym_env(env_id: str) -> gym.Env:
     """``gym.make(env_id)``, with Discrete observations one-hot encoded; errors name the env."""
     try:
         env = gym.make(env_id)
-    except gym.error.DependencyNotInstalled as err:
+    except (gym.error.DependencyNotInstalled, ImportError) as err:
+        # ImportError: an env id naming a module to import first ("pkg:Env-v0"), or an env
+        # whose implementation imports an optional package (phys2d/ needs jax).
+        first = str(err).splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(
-            f"env {env_id!r} needs a package that is not installed: {str(err).splitlines()[0]}"
+            f"env {env_id!r} needs a package that is not installed: {first}"
         ) from None
     except gym.error.Error as err:
         raise ConfigError(
