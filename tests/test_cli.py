@@ -347,3 +347,24 @@ def test_resume_refuses_a_config_that_builds_another_environment(run: Path, tmp_
     _check_same_environment(edited, build_spec(), saved)  # unchanged: accepted
     with pytest.raises(FoxhuntError, match=r"market.synthetic_seed is 4 but .* with 0"):
         _check_same_environment(edited, build_spec(overrides={"market.synthetic_seed": 4}), saved)
+
+
+def test_evaluation_options_that_do_not_apply_are_refused(tmp_path: Path) -> None:
+    """--data/--split score trading runs, --episodes Gymnasium runs; neither is ignored, for
+    single runs and ensembles alike (both go through check_evaluation_options)."""
+    from foxhunt.errors import ConfigError
+    from foxhunt.runs import build_spec
+    from foxhunt.session import check_evaluation_options
+
+    gym_spec, trading_spec = build_spec(env="CartPole-v1"), build_spec()
+    assert trading_spec.is_trading and not gym_spec.is_trading
+    check = check_evaluation_options
+    assert check(gym_spec, tmp_path, data=None, split=None, episodes=None) == 10
+    assert check(gym_spec, tmp_path, data=None, split=None, episodes=3) == 3
+    assert check(trading_spec, tmp_path, data="x.csv", split="all", episodes=None) == 10
+    with pytest.raises(ConfigError, match=r"--split applies to trading runs; .* got: 'validation'"):
+        check(gym_spec, tmp_path, data=None, split="validation", episodes=None)
+    with pytest.raises(ConfigError, match=r"--episodes applies to Gymnasium runs; .* is a trading"):
+        check(trading_spec, tmp_path, data=None, split=None, episodes=3)
+    with pytest.raises(ConfigError, match="episodes must be a positive integer, got: 0"):
+        check(gym_spec, tmp_path, data=None, split=None, episodes=0)

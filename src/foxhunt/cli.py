@@ -136,8 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--episodes",
         type=_positive_int("--episodes"),
-        default=10,
-        help="greedy episodes (Gymnasium envs only)",
+        help="greedy episodes (Gymnasium envs only; default 10)",
     )
 
     rep = sub.add_parser("report", help="plot a run's training curves into RUN_DIR/report")
@@ -190,12 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ee.add_argument("run_dir")
     ee.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
-    ee.add_argument("--split", default="test", help="train, validation, test or all (default test)")
+    ee.add_argument("--split", help="train, validation, test or all (default test; trading only)")
     ee.add_argument(
         "--episodes",
         type=_positive_int("--episodes"),
-        default=10,
-        help="greedy episodes (Gymnasium envs only)",
+        help="greedy episodes (Gymnasium envs only; default 10)",
     )
     ee.add_argument(
         "--risk-aversion",
@@ -327,7 +325,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 "final weights are used)"
             )
         out = evaluate_ensemble(
-            Path(args.run_dir), split=args.split or "test", data=args.data, episodes=args.episodes
+            Path(args.run_dir), split=args.split, data=args.data, episodes=args.episodes
         )
         print(_json(out))
         return 0

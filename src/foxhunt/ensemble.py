@@ -387,12 +387,12 @@ def _jsonable(value: Any) -> Any:
 def evaluate_ensemble(
     run_dir: str | Path,
     *,
-    split: str = "test",
+    split: str | None = None,
     risk_aversion: float = 0.0,
     max_std: float | None = None,
     fallback_action: int | None = None,
     data: str | None = None,
-    episodes: int = 10,
+    episodes: int | None = None,
 ) -> dict[str, Any]:
     """Backtest a trading ensemble (report in ``run_dir/backtest``) or score a Gymnasium one.
 
@@ -402,21 +402,18 @@ def evaluate_ensemble(
     ``run_dir/backtest/ensemble.json``. Gymnasium: mean greedy return over ``episodes`` (the same
     episode seeds as ``foxhunt evaluate``), written to ``run_dir/evaluation.json``.
     """
-    from foxhunt.session import backtest_run, gym_evaluation
+    from foxhunt.session import backtest_run, check_evaluation_options, gym_evaluation
 
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
+    episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     ensemble = QEnsemble.load(run_dir)
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise ConfigError(f"episodes must be a positive integer, got: {episodes!r}")
     settings: dict[str, Any] = {
         "members": ensemble.names,
         "risk_aversion": risk_aversion,
         "max_std": max_std,
     }
     if not spec.is_trading:
-        if data is not None:
-            raise ConfigError(f"data applies to trading ensembles, got it for env {spec.env!r}")
         rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
         out = {
             **gym_evaluation(spec, rec, episodes),
@@ -433,6 +430,7 @@ def evaluate_ensemble(
         # The flat position (smallest |p|): standing aside is the trader's "I don't know".
         fallback_action = min(range(len(config.positions)), key=lambda i: abs(config.positions[i]))
     rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
+    split = split or "test"
     summary = backtest_run(run_dir, spec, rec, data=data, split=split)
     span = build_trading(spec, data_override=data).span(split)
     members = {

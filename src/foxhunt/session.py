@@ -280,23 +280,17 @@ def evaluate_run(
     *,
     data: str | None = None,
     split: str | None = None,
-    episodes: int = 10,
+    episodes: int | None = None,
     model: str = "final",
 ) -> dict[str, Any]:
     """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run.
 
     ``model`` picks the best-evaluated weights (model selection on the validation span) or the
-    final ones. ``data`` and ``split`` (default test) apply to trading runs only: a Gymnasium
-    run refuses them rather than ignore them.
+    final ones. ``data`` and ``split`` (default test) apply to trading runs only, ``episodes``
+    (default 10) to Gymnasium runs only: a run refuses what does not apply rather than ignore it.
     """
     spec = load_spec(run_dir)
-    if not spec.is_trading:
-        for name, value in (("--data", data), ("--split", split)):
-            if value is not None:
-                raise ConfigError(
-                    f"{name} applies to trading runs; {run_dir} trained on {spec.env!r}, got: "
-                    f"{value!r}"
-                )
+    episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     agent = load_model(run_dir, model)
     act = model_policy(agent)
     if not spec.is_trading:
@@ -304,6 +298,23 @@ def evaluate_run(
         atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
         return out
     return backtest_run(run_dir, spec, act, data=data, split=split or "test")
+
+
+def check_evaluation_options(
+    spec: RunSpec, run_dir: Path, *, data: str | None, split: str | None, episodes: int | None
+) -> int:
+    """Refuse evaluation options that do not apply to this run; the episode count to use."""
+    given = {"--data": data, "--split": split} if not spec.is_trading else {"--episodes": episodes}
+    for name, value in given.items():
+        if value is not None:
+            kind = f"trained on {spec.env!r}" if not spec.is_trading else "is a trading run"
+            applies = "trading runs" if not spec.is_trading else "Gymnasium runs"
+            raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {value!r}")
+    if episodes is None:
+        return 10
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ConfigError(f"episodes must be a positive integer, got: {episodes!r}")
+    return episodes
 
 
 def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
