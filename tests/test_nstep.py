@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from foxhunt.errors import ConfigError
 from foxhunt.replay import NStepAccumulator, Transitions
 
 G = 0.5
@@ -210,5 +211,8 @@ def test_training_waits_for_the_first_n_step_transition() -> None:
         assert trainer.replay.size == 0 and trainer.agent.optimizer_steps == 0
         trainer.learn(200)
         assert trainer.replay.size > 0 and trainer.agent.optimizer_steps > 0
+        for bad in (0, -1, True, 2.5):  # 0 used to mean "the default", -1 gave NaN
+            with pytest.raises(ConfigError, match="n_episodes must be a positive integer"):
+                trainer.evaluate(bad)
     finally:
         trainer.close()

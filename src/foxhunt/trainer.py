@@ -454,7 +454,9 @@ class DQNTrainer:
     # --- evaluation
     def evaluate(self, n_episodes: int | None = None, *, max_steps: int = 1_000_000) -> float:
         """Mean greedy return (noise off) over fixed-seed episodes, so evals are comparable."""
-        n = n_episodes or self.hp.eval_episodes
+        n = self.hp.eval_episodes if n_episodes is None else n_episodes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"n_episodes must be a positive integer, got: {n_episodes!r}")
         if self._eval_env is None:
             src = self._eval_source
             self._eval_env = _env_factory(src)() if not isinstance(src, gym.Env) else src
