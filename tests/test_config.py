@@ -210,12 +210,36 @@ def test_parse_override() -> None:
         DQNHyperparameters(**{k: v})
 
 
-def test_epsilon_settings_of_a_noisy_net_run_are_reported_as_ignored():
-    from foxhunt.session import _ignored_exploration
+def test_settings_without_effect_are_reported():
+    from foxhunt.session import ignored_settings
 
     H = DQNHyperparameters
-    assert _ignored_exploration(H(exploration_final_eps=0.2)) == []  # epsilon-greedy: used
-    assert _ignored_exploration(H(noisy_nets=True)) == []  # defaults: nothing was asked for
-    assert _ignored_exploration(H.rainbow()) == []  # zeros: epsilon off, as noisy nets act
-    ignored = H(noisy_nets=True, exploration_final_eps=0.2, exploration_fraction=0.5)
-    assert _ignored_exploration(ignored) == ["exploration_final_eps", "exploration_fraction"]
+    assert ignored_settings(H()) == []
+    assert ignored_settings(H.rainbow()) == []  # epsilon 0 agrees with noisy nets
+    assert ignored_settings(H.cartpole()) == []
+    assert ignored_settings(H.trading()) == []
+    assert ignored_settings(H(exploration_final_eps=0.2)) == []  # epsilon-greedy: used
+    assert ignored_settings(H(noisy_nets=True)) == []  # defaults: nothing was asked for
+    noisy = H(noisy_nets=True, exploration_final_eps=0.2, exploration_fraction=0.5)
+    assert [n for n, _ in ignored_settings(noisy)] == [
+        ["exploration_final_eps", "exploration_fraction"]
+    ]
+    cases = {
+        "noisy_sigma0": H(noisy_sigma0=0.3),
+        "loss": H(distributional="c51", loss="mse"),
+        "huber_delta": H(loss="mse", huber_delta=2.0),
+        "huber_delta ": H(distributional="c51", huber_delta=2.0),
+        "n_atoms": H(n_atoms=7),
+        "v_min": H(distributional="qr", v_min=-5.0),
+        "momentum": H(optimizer="adam", momentum=0.9),
+        "adam_eps": H(optimizer="sgd", adam_eps=0.1),
+        "lr_final_ratio": H(lr_schedule="step", lr_final_ratio=0.5),
+        "lr_step_size": H(lr_schedule="cosine", lr_step_size=5),
+        "per_alpha": H(per_alpha=0.7),
+        "regime_gating": H(regime_gating="soft"),
+    }
+    for name, hp in cases.items():
+        assert [n for n, _ in ignored_settings(hp)] == [[name.strip()]], name
+    # Where they apply, the same values are used and not reported.
+    assert ignored_settings(H(distributional="qr", huber_delta=2.0, n_atoms=7)) == []
+    assert ignored_settings(H(optimizer="sgd", momentum=0.9, lr_schedule="step")) == []

@@ -145,13 +145,51 @@ def _train_loop(
     return summary
 
 
-def _ignored_exploration(hp: DQNHyperparameters) -> list[str]:
-    """Epsilon settings a noisy-net run was given (other than the defaults, or 0) and ignores."""
-    if not hp.noisy_nets:
-        return []
+# (settings, when they apply, why not otherwise): a setting given a value of its own where it
+# does not apply is reported, never silently dropped.
+_APPLIES: tuple[tuple[tuple[str, ...], Callable[[DQNHyperparameters], bool], str], ...] = (
+    (
+        ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction"),
+        lambda hp: not hp.noisy_nets,
+        "noisy_nets explores through its noise and acts without epsilon",
+    ),
+    (("noisy_sigma0",), lambda hp: hp.noisy_nets, "noisy_nets is off"),
+    (("loss",), lambda hp: hp.distributional == "none", "distributional heads set their loss"),
+    (
+        ("huber_delta",),
+        lambda hp: hp.distributional == "qr"
+        or (hp.distributional == "none" and hp.loss == "huber"),
+        "no Huber loss is used (C51, or loss=mse)",
+    ),
+    (("n_atoms",), lambda hp: hp.distributional != "none", "distributional is 'none'"),
+    (("v_min", "v_max"), lambda hp: hp.distributional == "c51", "only C51 has a fixed support"),
+    (("momentum",), lambda hp: hp.optimizer in ("sgd", "rmsprop"), "Adam has no momentum"),
+    (("adam_eps",), lambda hp: hp.optimizer != "sgd", "SGD has no eps"),
+    (("lr_decay_steps", "lr_final_ratio"), lambda hp: hp.lr_schedule in ("linear", "cosine"),
+     "lr_schedule is neither linear nor cosine"),
+    (("lr_step_size", "lr_step_gamma"), lambda hp: hp.lr_schedule == "step",
+     "lr_schedule is not 'step'"),
+    (("per_alpha", "per_beta_start", "per_beta_end", "per_beta_fraction", "per_eps"),
+     lambda hp: hp.prioritized_replay, "prioritized_replay is off"),
+    (("regime_gating", "regime_in_torso"), lambda hp: hp.regime_conditional,
+     "regime_conditional is off"),
+)  # fmt: skip
+
+
+def ignored_settings(hp: DQNHyperparameters) -> list[tuple[list[str], str]]:
+    """Settings holding a value of their own (not the default) where they have no effect, with
+    the reason: ``[(names, why), ...]``."""
     fields = type(hp).model_fields
-    names = ("exploration_initial_eps", "exploration_final_eps", "exploration_fraction")
-    return [k for k in names if getattr(hp, k) not in (fields[k].default, 0.0)]
+    out = []
+    for names, applies, why in _APPLIES:
+        if applies(hp):
+            continue
+        given = [k for k in names if getattr(hp, k) != fields[k].default]
+        if names[0].startswith("exploration"):  # epsilon 0 agrees with noisy nets
+            given = [k for k in given if getattr(hp, k) != 0.0]
+        if given:
+            out.append((given, why))
+    return out
 
 
 def run_training(
@@ -177,12 +215,8 @@ def run_training(
             hp.learning_starts,
             spec.total_env_steps,
         )
-    ignored = _ignored_exploration(hp)
-    if ignored:
-        log.warning(
-            "noisy_nets explores through its noise and acts without epsilon: %s ignored",
-            ", ".join(f"{k}={getattr(hp, k)}" for k in ignored),
-        )
+    for names, why in ignored_settings(hp):
+        log.warning("%s ignored: %s", ", ".join(f"{k}={getattr(hp, k)}" for k in names), why)
     trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
     if not info.is_main:  # data-parallel worker: trains in lockstep, writes nothing
         try:
