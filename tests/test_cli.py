@@ -368,3 +368,31 @@ def test_evaluation_options_that_do_not_apply_are_refused(tmp_path: Path) -> Non
         check(trading_spec, tmp_path, data=None, split=None, episodes=3)
     with pytest.raises(ConfigError, match="episodes must be a positive integer, got: 0"):
         check(gym_spec, tmp_path, data=None, split=None, episodes=0)
+
+
+def test_empty_paths_and_ensemble_directories_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from foxhunt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (
+        ["train", "--run-dir", "", "--env", "CartPole-v1"],
+        ["train", "--data", " "],
+        ["data", "synth", "--out", ""],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert "must be a path, got an empty string" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing was written in the working directory
+    (tmp_path / "out.csv").mkdir()
+    assert main(["data", "synth", "--out", "out.csv", "--force"]) == 2
+    assert "--out must be a file path, got a directory: out.csv" in capsys.readouterr().err
+    ens = tmp_path / "ens"
+    ens.mkdir()
+    (ens / "ensemble.json").write_text("{}")
+    for command, needle in (("resume", "foxhunt resume"), ("report", "foxhunt report")):
+        assert main([command, str(ens)]) == 2
+        err = capsys.readouterr().err
+        assert f"{ens} is an ensemble" in err and f"`{needle} {ens / 'member-0'}`" in err

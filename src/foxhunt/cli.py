@@ -46,6 +46,17 @@ def _positive_int(name: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _path(name: str):  # type: ignore[no-untyped-def]
+    """A path option: an empty one would silently mean "the default" or the current directory."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{name} must be a path, got an empty string")
+        return text
+
+    return parse
+
+
 def _non_negative_int(name: str):  # type: ignore[no-untyped-def]
     def parse(text: str) -> int:
         try:
@@ -77,8 +88,10 @@ def _finite_float(name: str, minimum: float | None = None):  # type: ignore[no-u
 def _add_spec_args(p: argparse.ArgumentParser, *, data_help: str) -> None:
     """The options that build a RunSpec (shared by train, ensemble train and hyperopt)."""
     p.add_argument("--env", help="Gymnasium env id with discrete actions (e.g. CartPole-v1)")
-    p.add_argument("--data", help=data_help)
-    p.add_argument("--config", help="YAML file of hyperparameters (flat or sectioned)")
+    p.add_argument("--data", type=_path("--data"), help=data_help)
+    p.add_argument(
+        "--config", type=_path("--config"), help="YAML file of hyperparameters (flat or sectioned)"
+    )
     p.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
     p.add_argument(
         "--set",
@@ -104,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
         "on the embedded synthetic market)",
     )
     _add_spec_args(t, data_help="OHLCV file (CSV or Parquet) to train the trading agent on")
-    t.add_argument("--run-dir", help="output directory (default: runs/<time>-<env>)")
+    t.add_argument(
+        "--run-dir", type=_path("--run-dir"), help="output directory (default: runs/<time>-<env>)"
+    )
     t.add_argument("--seed", type=_non_negative_int("--seed"))
     t.add_argument("--no-progress", action="store_true", help="no live progress display")
     t.add_argument("--force", action="store_true", help="replace an existing run directory")
@@ -122,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("run_dir")
     e.add_argument(
         "--data",
+        type=_path("--data"),
         help="evaluate on this OHLCV file instead of the run's market (features and the regime "
         "detector are refitted on that file's own training span, as in training)",
     )
@@ -156,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="TPE sampler seed (give each parallel worker its own, or none)",
     )
     h.add_argument("--study-name", default="foxhunt")
-    h.add_argument("--run-dir", help="where to write the best configuration")
+    h.add_argument(
+        "--run-dir", type=_path("--run-dir"), help="where to write the best configuration"
+    )
     h.add_argument("--seed", type=_non_negative_int("--seed"))
     h.add_argument(
         "--force", action="store_true", help="replace another search's results in --run-dir"
@@ -165,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="market data tools")
     dsub = d.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
     s = dsub.add_parser("synth", help="write the synthetic regime-switching market to a CSV file")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", type=_path("--out"), required=True)
     s.add_argument("--seed", type=_non_negative_int("--seed"), default=0)
     s.add_argument("--bars", type=_positive_int("--bars"))
     s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -180,7 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--members", type=_positive_int("--members"), default=5, help="members (at least 2)"
     )
     _add_spec_args(et, data_help="OHLCV file (CSV or Parquet) to train the trading agents on")
-    et.add_argument("--run-dir", help="output directory (default: runs/<time>-<env>-ensemble)")
+    et.add_argument(
+        "--run-dir",
+        type=_path("--run-dir"),
+        help="output directory (default: runs/<time>-<env>-ensemble)",
+    )
     et.add_argument("--seed", type=_non_negative_int("--seed"), help="seed of member 0")
     et.add_argument("--no-progress", action="store_true", help="no live progress display")
     et.add_argument("--force", action="store_true", help="replace an existing run directory")
@@ -188,7 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate", help="backtest (trading) or score (Gymnasium) an ensemble run directory"
     )
     ee.add_argument("run_dir")
-    ee.add_argument("--data", help="evaluate on this OHLCV file instead of the run's market")
+    ee.add_argument(
+        "--data",
+        type=_path("--data"),
+        help="evaluate on this OHLCV file instead of the run's market",
+    )
     ee.add_argument("--split", help="train, validation, test or all (default test; trading only)")
     ee.add_argument(
         "--episodes",
@@ -308,6 +334,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from foxhunt.session import resume_training
 
     run_dir = _run_dir_arg(args.run_dir)
+    if (run_dir / "ensemble.json").is_file():
+        raise ConfigError(
+            f"{run_dir} is an ensemble: resume a member's run (e.g. `foxhunt resume "
+            f"{run_dir / 'member-0'}`)"
+        )
     resume_training(run_dir, total_steps=args.total_steps, progress=not args.no_progress)
     return 0
 
@@ -343,7 +374,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from foxhunt.report import write_run_report
 
-    paths = write_run_report(_run_dir_arg(args.run_dir))
+    run_dir = _run_dir_arg(args.run_dir)
+    if (run_dir / "ensemble.json").is_file():
+        raise ConfigError(
+            f"{run_dir} is an ensemble: report a member's training (e.g. `foxhunt report "
+            f"{run_dir / 'member-0'}`); `foxhunt evaluate {run_dir}` backtests the ensemble"
+        )
+    paths = write_run_report(run_dir)
     print(f"report written: {paths['index']}")
     return 0
 
@@ -395,6 +432,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
 
     out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out must be a file path, got a directory: {out}")
     if out.exists() and not args.force:
         raise ConfigError(f"--out already exists: {out} (choose another path, or --force)")
     config = SyntheticMarketConfig(n_bars=args.bars) if args.bars else None
