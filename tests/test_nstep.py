@@ -216,3 +216,24 @@ def test_training_waits_for_the_first_n_step_transition() -> None:
                 trainer.evaluate(bad)
     finally:
         trainer.close()
+
+
+def test_trainer_arguments_are_checked_when_it_is_built() -> None:
+    """A dict of hyperparameters is validated like the class; an eval env with other spaces is
+    refused at construction, not at the first evaluation; learn() takes an integer budget."""
+    from foxhunt.trainer import DQNTrainer
+
+    small = {"hidden_sizes": (8,), "learning_starts": 32, "batch_size": 32, "device": "cpu"}
+    trainer = DQNTrainer(small, "CartPole-v1")
+    try:
+        assert trainer.hp.batch_size == 32
+        with pytest.raises(ConfigError, match="total_env_steps must be a positive integer"):
+            trainer.learn(True)
+    finally:
+        trainer.close()
+    with pytest.raises(ConfigError, match="unknown hyperparameter 'gama'"):
+        DQNTrainer({"gama": 0.9}, "CartPole-v1")
+    with pytest.raises(ConfigError, match="hyperparameters must be DQNHyperparameters or a"):
+        DQNTrainer(None, "CartPole-v1")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="eval_env must have the training env's spaces"):
+        DQNTrainer(small, "CartPole-v1", eval_env="MountainCar-v0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -252,3 +253,19 @@ def test_load_state_rejects_wrong_shapes() -> None:
     b = ReplayBuffer(8, (4,), seed=0)
     with pytest.raises(ValueError, match=r"replay\.obs"):
         b.load_state(a.state_tensors(), a.state_json())
+
+
+def test_buffers_refuse_settings_they_cannot_honour() -> None:
+    from foxhunt.errors import ConfigError
+
+    for make, needle in (
+        (lambda: ReplayBuffer(0, (4,)), "capacity must be a positive integer, got: 0"),
+        (lambda: PrioritizedReplayBuffer(8, (4,), alpha=-1.0), "alpha must be a finite number"),
+        (lambda: PrioritizedReplayBuffer(8, (4,), alpha=math.nan), "alpha must be a finite"),
+        (lambda: PrioritizedReplayBuffer(8, (4,), eps=-1e-6), "eps must be a finite number"),
+        (lambda: ReplayBuffer(8, (4,)).sample(0), "batch_size must be a positive integer"),
+        (lambda: ReplayBuffer(8, (4,)).sample(True), "batch_size must be an integer"),
+        (lambda: PrioritizedReplayBuffer(8, (4,)).sample(-1), "batch_size must be a positive"),
+    ):
+        with pytest.raises(ConfigError, match=needle):
+            make()

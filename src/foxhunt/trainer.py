@@ -15,7 +15,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,7 +156,7 @@ class DQNTrainer:
 
     def __init__(
         self,
-        hyperparameters: DQNHyperparameters,
+        hyperparameters: DQNHyperparameters | Mapping[str, Any],
         env: EnvLike,
         *,
         eval_env: EnvLike | None = None,
@@ -164,6 +164,13 @@ class DQNTrainer:
         logger: Any | None = None,
         progress: bool = False,
     ) -> None:
+        if isinstance(hyperparameters, Mapping):  # {"gamma": 0.9, ...}: validated the same way
+            hyperparameters = DQNHyperparameters(**hyperparameters)
+        if not isinstance(hyperparameters, DQNHyperparameters):
+            raise ConfigError(
+                "hyperparameters must be DQNHyperparameters or a mapping of its fields, got: "
+                f"{type(hyperparameters).__name__}"
+            )
         hp = hyperparameters
         self.hp = hp
         if hp.torch_threads:
@@ -174,6 +181,16 @@ class DQNTrainer:
         self._eval_env: gym.Env | None = None
         obs_space = self.envs.single_observation_space
         act_space = self.envs.single_action_space
+        if eval_env is not None:  # checked now, not at the first evaluation hours later
+            self._eval_env = _env_factory(eval_env)()
+            ev_obs, ev_act = self._eval_env.observation_space, self._eval_env.action_space
+            if ev_obs.shape != obs_space.shape or ev_act != act_space:
+                self.envs.close()
+                self._eval_env.close()
+                raise ConfigError(
+                    f"eval_env must have the training env's spaces: observations {obs_space} "
+                    f"and actions {act_space}, got {ev_obs} and {ev_act}"
+                )
         self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
         self.device = self.agent.device
         self._counterfactual_envs = self._augmentation_envs() if hp.action_augmentation else None
@@ -474,7 +491,8 @@ class DQNTrainer:
 
         ``callback`` receives every metrics row; returning ``False`` stops training early.
         """
-        if not isinstance(total_env_steps, int) or total_env_steps <= 0:
+        bad = isinstance(total_env_steps, bool) or not isinstance(total_env_steps, int)
+        if bad or total_env_steps <= 0:
             raise ConfigError(
                 f"total_env_steps must be a positive integer, got: {total_env_steps!r}"
             )

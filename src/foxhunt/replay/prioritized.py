@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
 from foxhunt.batch import Batch
+from foxhunt.errors import ConfigError
 from foxhunt.replay.sum_tree import SumTree
-from foxhunt.replay.uniform import ReplayBuffer
+from foxhunt.replay.uniform import ReplayBuffer, check_batch_size
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -33,6 +35,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         seed: int = 0,
     ) -> None:
         super().__init__(capacity, obs_shape, obs_dtype=obs_dtype, device=device, seed=seed)
+        for name, value in (("alpha", alpha), ("eps", eps)):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (ok and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, got: {value!r}")
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.tree = SumTree(capacity)
@@ -52,6 +58,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         ``normalize=False`` returns raw weights, for a caller that normalises over a larger batch
         (data-parallel ranks all-reduce the maximum first).
         """
+        check_batch_size(batch_size)
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         beta = 0.4 if beta is None else float(beta)

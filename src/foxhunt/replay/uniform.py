@@ -8,6 +8,15 @@ import numpy as np
 import torch
 
 from foxhunt.batch import Batch
+from foxhunt.errors import ConfigError
+
+
+def check_batch_size(batch_size: int) -> None:
+    """A positive integer (draws are with replacement, so it may exceed the stored rows)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+        raise ConfigError(f"batch_size must be an integer, got: {batch_size!r}")
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer, got: {batch_size}")
 
 
 class ReplayBuffer:
@@ -27,6 +36,8 @@ class ReplayBuffer:
         device: torch.device | str = "cpu",
         seed: int = 0,
     ) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or capacity < 1:
+            raise ConfigError(f"capacity must be a positive integer, got: {capacity!r}")
         self.capacity = int(capacity)
         self.obs_shape = tuple(obs_shape)
         self.device = torch.device(device)
@@ -112,6 +123,7 @@ class ReplayBuffer:
         Sampling slots and gathering rows are separate so the trainer can draw a whole
         effective batch at once but materialise one micro-batch at a time.
         """
+        check_batch_size(batch_size)
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         return self.rng.integers(0, self.size, size=batch_size), None
