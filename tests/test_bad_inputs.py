@@ -207,6 +207,9 @@ def make_data(root: Path) -> None:
     (root / "bad.yaml").write_text("gamma: [0.9, 0.99\n")
     (root / "list.yaml").write_text("- 1\n- 2\n")
     (root / "value.yaml").write_text("hyperparameters:\n  gamma: 1.5\n")
+    (root / "dup.yaml").write_text("hyperparameters:\n  gamma: 0.9\n  gamma: 0.5\n")
+    (root / "flat-typo.yaml").write_text("gamma: 0.9\ntotal_env_step: 300\n")
+    (root / "mp-off.yaml").write_text("hyperparameters:\n  mixed_precision: on\n")
     (root / "afile").write_text("not a directory\n")
     (root / "full").mkdir()
     (root / "full" / "keep.txt").write_text("user data\n")
@@ -259,6 +262,21 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
     ("config-list", [*GYM, "--config", "list.yaml"], ("list.yaml", "list")),
     ("config-bad-value", [*GYM, "--config", "value.yaml"], ("gamma", "1.5")),
     ("preset", [*GYM, "--preset", "turbo"], ("preset", "'turbo'")),
+    ("lr-bool", [*GYM, "--set", "learning_rate=true"], ("learning_rate", "True")),
+    ("tau-bool", [*GYM, "--set", "tau=true"], ("tau must be a number", "True")),
+    ("trading-window-bool", [*TRADE, "--set", "trading.window=true"], ("trading.window", "True")),
+    ("market-regimes-bool", [*TRADE, "--set", "market.n_regimes=true"], ("n_regimes", "True")),
+    ("config-duplicate-key", [*GYM, "--config", "dup.yaml"], ("dup.yaml", "'gamma'", "line 3")),
+    (
+        "config-flat-unknown",
+        [*GYM, "--config", "flat-typo.yaml"],
+        ("flat-typo.yaml", "total_env_step"),
+    ),
+    ("config-yaml-on", [*GYM, "--config", "mp-off.yaml"], ("mixed_precision", "quote the value")),
+    ("set-yaml-on", [*GYM, "--set", "vector_env=on"], ("vector_env", "True", "quote the value")),
+    ("set-empty", [*GYM, "--set", "max_grad_norm="], ("max_grad_norm=null", "empty")),
+    ("set-empty-data", [*TRADE, "--set", "market.data="], ("market.data=null", "empty")),
+    ("set-bad-yaml", [*GYM, "--set", "hidden_sizes=[64,"], ("hidden_sizes", "'[64,'", "YAML")),
     # CLI arguments
     (
         "total-0",
@@ -276,6 +294,11 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
         ("--total-steps", "'abc'"),
     ),
     ("seed-negative", [*GYM, "--seed", "-1"], ("--seed", "-1")),
+    (
+        "seed-huge",
+        [*GYM, "--seed", "99999999999999999999999"],
+        ("seed must be less than 4294967296", "99999999999999999999999"),
+    ),
     ("env-unknown", [*GYM[:2], "NoSuchEnv-v9", *GYM[3:]], ("env", "'NoSuchEnv-v9'")),
     ("env-continuous", [*GYM[:2], "Pendulum-v1", *GYM[3:]], ("Discrete", "Box(")),
     ("env-with-data", [*GYM, "--data", "good.csv"], ("--data", "'CartPole-v1'")),
@@ -319,7 +342,7 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
     ),
     # market-data files (foxhunt.markets.data validation, on the trading path)
     ("data-missing", [*TRADE, "--data", "missing.csv"], ("--data", "missing.csv")),
-    ("data-empty-path", [*TRADE, "--data", ""], ("--data must be a file path",)),
+    ("data-empty-path", [*TRADE, "--data", ""], ("--data must be a path, got an empty string",)),
     ("data-empty", [*TRADE, "--data", "empty.csv"], ("empty.csv", "empty")),
     ("data-nan", [*TRADE, "--data", "nan.csv"], ("nan.csv", "'close'", "nan")),
     ("data-high-below-low", [*TRADE, "--data", "hilo.csv"], ("hilo.csv", "'high'", "low")),
@@ -618,3 +641,86 @@ def test_planted_pickle_newer_than_a_good_checkpoint_is_skipped(
     assert len(warning) == 1 and "step-000000000300" in warning[0]
     assert not marker.exists()
     assert (run / "checkpoints" / "step-000000000400").is_dir()
+
+
+# --- the final model (model.json / model.safetensors of a finished run) ---------------------------
+def _poison_weights(run: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(run / "model.safetensors"))
+    name = sorted(tensors)[0]
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, str(run / "model.safetensors"))
+
+
+MODEL_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
+    (
+        "hp-missing",
+        lambda r: edit_json(r / "model.json", lambda m: m.pop("hyperparameters")),
+        ("model.json", "hyperparameters is missing"),
+    ),
+    (
+        "hp-not-a-mapping",
+        lambda r: edit_json(r / "model.json", lambda m: m.update(hyperparameters="x")),
+        ("model.json", "hyperparameters must be a mapping", "'x'"),
+    ),
+    (
+        "obs-dim-text",
+        lambda r: edit_json(r / "model.json", lambda m: m.update(obs_dim="abc")),
+        ("model.json", "obs_dim must be an integer", "'abc'"),
+    ),
+    (
+        "obs-dim-negative",
+        lambda r: edit_json(r / "model.json", lambda m: m.update(obs_dim=-3)),
+        ("model.json", "obs_dim must be at least 1", "-3"),
+    ),
+    (
+        "obs-dim-fraction",
+        lambda r: edit_json(r / "model.json", lambda m: m.update(obs_dim=5.7)),
+        ("model.json", "obs_dim must be an integer", "5.7"),
+    ),
+    (
+        "obs-dim-huge",
+        lambda r: edit_json(r / "model.json", lambda m: m.update(obs_dim=10**12)),
+        ("model.json", "obs_dim=1000000000000", "model.safetensors"),
+    ),
+    (
+        "n-regimes-text",
+        lambda r: edit_json(r / "model.json", lambda m: m.update(n_regimes="x")),
+        ("model.json", "n_regimes must be an integer", "'x'"),
+    ),
+    (
+        "n-actions-missing",
+        lambda r: edit_json(r / "model.json", lambda m: m.pop("n_actions")),
+        ("model.json", "n_actions is missing"),
+    ),
+    (
+        "hp-bool",
+        lambda r: edit_json(r / "model.json", lambda m: m["hyperparameters"].update(n_envs=True)),
+        ("model.json", "n_envs must be an integer", "True"),
+    ),
+    ("nan-weights", _poison_weights, ("model.safetensors", "non-finite", "tensor '")),
+]
+
+
+@pytest.mark.parametrize(("corrupt", "must"), [pytest.param(c, m, id=i) for i, c, m in MODEL_ROWS])
+def test_damaged_model_is_refused_by_evaluate(
+    cli: ForkedCli,
+    trained: Path,
+    tmp_path: Path,
+    corrupt: Callable[[Path], None],
+    must: tuple[str, ...],
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    corrupt(run)
+    before = snapshot(run)
+    assert_user_error(cli("evaluate", str(run), "--episodes", "1", cwd=tmp_path), *must)
+    assert snapshot(run) == before
+
+
+def test_intact_model_still_evaluates(cli: ForkedCli, trained: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    res = cli("evaluate", str(run), "--episodes", "1", cwd=tmp_path)
+    assert res.code == 0, res.stderr

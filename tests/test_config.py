@@ -197,7 +197,7 @@ def test_parse_override() -> None:
     assert parse_override("batch_size=32") == ("batch_size", 32)
     assert parse_override(" dueling = true") == ("dueling", True)
     assert parse_override("optimizer=sgd") == ("optimizer", "sgd")
-    assert parse_override("max_grad_norm=") == ("max_grad_norm", None)
+    assert parse_override("max_grad_norm=null") == ("max_grad_norm", None)
     for bad in ("noequals", "=3"):
         with pytest.raises(ConfigError, match="--set expects key=value") as info:
             parse_override(bad)
@@ -243,3 +243,131 @@ def test_settings_without_effect_are_reported():
     # Where they apply, the same values are used and not reported.
     assert ignored_settings(H(distributional="qr", huber_delta=2.0, n_atoms=7)) == []
     assert ignored_settings(H(optimizer="sgd", momentum=0.9, lr_schedule="step")) == []
+
+
+@pytest.mark.parametrize(
+    "field", ["learning_rate", "gamma", "tau", "v_min", "max_grad_norm", "weight_decay"]
+)
+@pytest.mark.parametrize("value", [True, False])
+def test_float_fields_reject_booleans(field: str, value: bool) -> None:
+    assert _error(**{field: value}) == f"{field} must be a number, got: {value!r}"
+
+
+def test_yaml_yes_for_a_float_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "hp.yaml"
+    f.write_text("gamma: yes\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^gamma must be a number, got: True$"):
+        DQNHyperparameters.from_yaml(f)
+    with pytest.raises(ConfigError, match=r"^tau must be a number, got: True$"):
+        DQNHyperparameters(**dict([parse_override("tau=true")]))
+    assert DQNHyperparameters(learning_rate=1).learning_rate == 1.0  # an int is still a number
+
+
+def test_seed_is_bounded_to_32_bits() -> None:
+    assert DQNHyperparameters(seed=2**32 - 1).seed == 2**32 - 1
+    for bad in (2**32, 99999999999999999999999):
+        assert _error(seed=bad) == f"seed must be less than 4294967296, got: {bad}"
+
+
+def test_unquoted_off_means_off_for_mixed_precision(tmp_path: Path) -> None:
+    f = tmp_path / "hp.yaml"
+    f.write_text("mixed_precision: off\n", encoding="utf-8")
+    assert DQNHyperparameters.from_yaml(f).mixed_precision == "off"
+    for item in ("mixed_precision=off", "mixed_precision=no"):
+        key, value = parse_override(item)
+        assert value is False and DQNHyperparameters(**{key: value}).mixed_precision == "off"
+    hint = "(YAML reads unquoted off/no/yes/on as booleans; quote the value)"
+    assert _error(mixed_precision=True) == (
+        f"mixed_precision must be one of 'off', 'bf16' or 'fp16', got: True {hint}"
+    )
+    assert _error(optimizer=False).endswith(f"got: False {hint}")
+    assert _error(device=False) == f"device must be a string, got: False {hint}"
+
+
+def test_duplicate_yaml_keys_are_refused_with_file_key_and_line(tmp_path: Path) -> None:
+    cases = {
+        "flat.yaml": ("gamma: 0.9\nbatch_size: 32\ngamma: 0.5\n", "'gamma' on line 3"),
+        "sections.yaml": (
+            "hyperparameters:\n  gamma: 0.9\nhyperparameters:\n  tau: 0.5\n",
+            "'hyperparameters' on line 3",
+        ),
+        "nested.yaml": ("hyperparameters:\n  tau: 0.5\n  tau: 0.4\n", "'tau' on line 3"),
+    }
+    for name, (text, where) in cases.items():
+        f = tmp_path / name
+        f.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError) as info:
+            load_config_dict(f, flatten=False)
+        msg = str(info.value)
+        assert msg.startswith(f"config file {f}: duplicate key ") and where in msg, msg
+        assert "(first set on line" in msg and "\n" not in msg
+    # A merge key may still be overridden on purpose.
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {gamma: 0.9, tau: 0.5}\nhp:\n  <<: *b\n  gamma: 0.8\n")
+    assert load_config_dict(merged)["hp"] == {"gamma": 0.8, "tau": 0.5}
+    unsafe = tmp_path / "unsafe.yaml"
+    unsafe.write_text("gamma: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config_dict(unsafe)
+
+
+def test_parse_override_refuses_empty_values_and_broken_yaml() -> None:
+    for item in ("max_grad_norm=", "market.data=", "gamma=  "):
+        key = item.split("=")[0]
+        with pytest.raises(ConfigError) as info:
+            parse_override(item)
+        assert str(info.value) == (
+            f"--set {key}= has an empty value; write {key}=null to unset it explicitly"
+        )
+    for raw in ("[64,", "{a: 1", "[1, 2]]"):
+        with pytest.raises(ConfigError) as info:
+            parse_override(f"hidden_sizes={raw}")
+        msg = str(info.value)
+        assert msg.startswith(f"--set hidden_sizes: value {raw!r} is not valid YAML"), msg
+    assert parse_override("device=cuda:0") == ("device", "cuda:0")
+
+
+def test_flat_config_file_with_an_unknown_key_names_the_file(tmp_path: Path) -> None:
+    from foxhunt.runs import build_spec
+
+    f = tmp_path / "flat.yaml"
+    f.write_text("gamma: 0.9\ntotal_env_step: 300\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown key 'total_env_step'") as info:
+        build_spec(env="CartPole-v1", config_file=str(f))
+    assert str(info.value).startswith(f"{f}: ")
+    with pytest.raises(ConfigError) as info:
+        DQNHyperparameters.from_yaml(f)
+    assert str(info.value) == f"{f}: unknown hyperparameter 'total_env_step' (value 300)"
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("gamma: 0.9\n", encoding="utf-8")
+    assert build_spec(env="CartPole-v1", config_file=str(ok)).hyperparameters.gamma == 0.9
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trading.window", "trading.window: Input should be a valid integer (got True)"),
+        (
+            "trading.initial_position",
+            "trading.initial_position: Input should be a valid integer (got True)",
+        ),
+        ("trading.cost_bps", "trading.cost_bps: Input should be a valid number (got True)"),
+        ("market.n_regimes", "market.n_regimes must be an integer, got: True"),
+        ("market.train_fraction", "market.train_fraction must be a number, got: True"),
+        ("market.synthetic_seed", "market.synthetic_seed must be an integer, got: True"),
+    ],
+)
+def test_trading_and_market_settings_refuse_booleans(override: str, message: str) -> None:
+    from foxhunt.runs import build_spec
+
+    with pytest.raises(ConfigError) as info:
+        build_spec(overrides={override: True})
+    assert str(info.value) == message
+
+
+def test_trading_positions_refuse_booleans() -> None:
+    from foxhunt.envs.trading import TradingEnvConfig
+
+    with pytest.raises(ConfigError, match=r"trading.positions.0: .*valid number \(got True\)"):
+        TradingEnvConfig(positions=[True, False])
+    assert TradingEnvConfig(positions=[0, 1]).positions == (0.0, 1.0)

@@ -14,21 +14,60 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from foxhunt.errors import ConfigError
 
 StrictInt = Annotated[int, Strict()]
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
-Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+# Strict: a YAML ``true`` is a bool, and a lax float or int would take it silently as 1.0 or 1.
+StrictFloat = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+Fraction = Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
+PositiveFloat = Annotated[StrictFloat, Field(gt=0.0)]
+Seed = Annotated[int, Strict(), Field(ge=0, lt=2**32)]
+"""Legacy NumPy seeding takes < 2**32; the offsets added per env, rank and episode (a few million)
+keep derived seeds far below torch's 2**64 limit."""
+
+_YAML_BOOL_HINT = " (YAML reads unquoted off/no/yes/on as booleans; quote the value)"
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping sets the same key twice; PyYAML would silently keep the last value."""
+
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        super().__init__(f"duplicate key {key!r} on line {line} (first set on line {first_line})")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
 class _YamlLoader(yaml.SafeLoader):
-    """SafeLoader that reads ``1e-3`` as a float (YAML 1.2); PyYAML's 1.1 rules need ``1.0e-3``."""
+    """SafeLoader that reads ``1e-3`` as a float (YAML 1.2); PyYAML's 1.1 rules need ``1.0e-3``.
+
+    It also refuses duplicate keys, which PyYAML resolves as last-wins without a word.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            # Merge keys (``<<: *base``) may be overridden on purpose; only plain keys count.
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKeyError(key, line, seen[key])
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 _YamlLoader.add_implicit_resolver(
@@ -71,6 +110,10 @@ def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
             msg = f"{field} must be true or false, got: {value!r}"
         elif kind == "literal_error":
             msg = f"{field} must be one of {ctx.get('expected')}, got: {value!r}"
+            if isinstance(value, bool):
+                msg += _YAML_BOOL_HINT
+        elif kind == "string_type" and isinstance(value, bool):
+            msg = f"{field} must be a string, got: {value!r}{_YAML_BOOL_HINT}"
         elif kind == "extra_forbidden":
             what = "setting" if prefix else "hyperparameter"
             msg = f"unknown {what} {field!r} (value {value!r})"
@@ -107,9 +150,9 @@ class DQNHyperparameters(BaseModel):
     """Optimizer family."""
     adam_eps: PositiveFloat = 1e-8
     """Epsilon of Adam/AdamW/RMSprop denominators."""
-    weight_decay: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 0.0
+    weight_decay: Annotated[StrictFloat, Field(ge=0.0)] = 0.0
     """L2 (decoupled for AdamW) weight decay."""
-    momentum: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = 0.0
+    momentum: Annotated[StrictFloat, Field(ge=0.0, lt=1.0)] = 0.0
     """Momentum for SGD and RMSprop."""
     lr_schedule: Literal["constant", "linear", "cosine", "step"] = "constant"
     """Learning-rate schedule after warmup, counted in optimizer steps."""
@@ -121,7 +164,7 @@ class DQNHyperparameters(BaseModel):
     """Final learning rate as a fraction of learning_rate (linear and cosine)."""
     lr_step_size: PositiveInt = 10_000
     """Optimizer steps between multiplications by lr_step_gamma (step schedule)."""
-    lr_step_gamma: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 0.5
+    lr_step_gamma: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.5
     """Multiplicative factor of the step schedule."""
     loss: Literal["huber", "mse"] = "huber"
     """TD loss for scalar heads (quantile heads always use the quantile Huber loss)."""
@@ -139,7 +182,7 @@ class DQNHyperparameters(BaseModel):
     """Optimizer steps per training round."""
     target_update_interval: PositiveInt = 1_000
     """Optimizer steps between target-network updates."""
-    tau: Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)] = 1.0
+    tau: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 1.0
     """Target update coefficient: 1 copies (hard update), < 1 is a Polyak average."""
 
     # --- exploration
@@ -163,9 +206,9 @@ class DQNHyperparameters(BaseModel):
     """Return-distribution head: none (scalar Q), C51 (categorical) or QR-DQN (quantiles)."""
     n_atoms: Annotated[int, Strict(), Field(ge=2)] = 51
     """Atoms (C51) or quantiles (QR-DQN)."""
-    v_min: Annotated[float, Field(allow_inf_nan=False)] = -10.0
+    v_min: StrictFloat = -10.0
     """Lower edge of the C51 support."""
-    v_max: Annotated[float, Field(allow_inf_nan=False)] = 10.0
+    v_max: StrictFloat = 10.0
     """Upper edge of the C51 support."""
     noisy_nets: bool = False
     """Factorised-Gaussian noisy heads; noise is resampled once per optimizer step."""
@@ -207,7 +250,7 @@ class DQNHyperparameters(BaseModel):
     """Parallel environments stepped together (gymnasium.vector)."""
     vector_env: Literal["sync", "async"] = "sync"
     """Vector-env backend; async runs each env in its own process."""
-    seed: NonNegativeInt = 0
+    seed: Seed = 0
     """Seed for Python, NumPy, torch, replay sampling and environments."""
     device: str = "auto"
     """auto, cpu, cuda, cuda:N or mps."""
@@ -245,7 +288,7 @@ class DQNHyperparameters(BaseModel):
     """Largest |reward| expected; None tracks the largest seen so far."""
     q_divergence_policy: Literal["warn", "stop"] = "stop"
     """What to do when Q diverges."""
-    grad_collapse_threshold: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] = 1e-10
+    grad_collapse_threshold: Annotated[StrictFloat, Field(ge=0.0)] = 1e-10
     """A pre-clip gradient norm below this counts towards gradient collapse."""
     grad_collapse_steps: PositiveInt = 500
     """Optimizer steps in a row below the threshold that make a collapse."""
@@ -257,6 +300,12 @@ class DQNHyperparameters(BaseModel):
             super().__init__(**data)
         except ValidationError as err:
             raise ConfigError(_format_validation_error(err)) from None
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _unquoted_off(cls, value: Any) -> Any:
+        """``mixed_precision: off`` unquoted is YAML 1.1's false; 'off' is what it means."""
+        return "off" if value is False else value
 
     @model_validator(mode="after")
     def _cross_field(self) -> DQNHyperparameters:
@@ -358,6 +407,10 @@ class DQNHyperparameters(BaseModel):
     def from_yaml(cls, path: str | Path, **overrides: Any) -> DQNHyperparameters:
         """Load a YAML file of hyperparameters (optionally under a ``hyperparameters:`` key)."""
         data = load_config_dict(Path(path))
+        unknown = [k for k in data if k not in cls.model_fields]
+        if unknown:
+            key = unknown[0]
+            raise ConfigError(f"{path}: unknown hyperparameter {key!r} (value {data[key]!r})")
         return cls(**{**data, **overrides})
 
 
@@ -373,6 +426,8 @@ def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {path}")
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)
+    except DuplicateKeyError as err:
+        raise ConfigError(f"config file {path}: {err}") from None
     except yaml.YAMLError as err:
         first = str(err).splitlines()[0] if str(err) else "invalid YAML"
         raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
@@ -403,9 +458,17 @@ def parse_override(item: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"--set expects key=value, got: {item!r}")
+    if not raw.strip():
+        # An empty value used to mean None, silently disabling e.g. gradient clipping.
+        raise ConfigError(
+            f"--set {key}= has an empty value; write {key}=null to unset it explicitly"
+        )
     try:
-        value = yaml.load(raw, Loader=_YamlLoader) if raw.strip() else None
-    except yaml.YAMLError:
+        value = yaml.load(raw, Loader=_YamlLoader)
+    except yaml.YAMLError as err:
+        if raw.lstrip().startswith(("[", "{")):  # meant as a list or mapping, not a string
+            first = str(err).splitlines()[0] if str(err) else "invalid YAML"
+            raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML: {first}") from None
         value = raw
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key} must be finite, got: {raw!r}")

@@ -17,7 +17,15 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
 
 from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object
 from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
@@ -33,19 +41,20 @@ log = logging.getLogger(__name__)
 class MarketSpec(BaseModel):
     """Where market data comes from and how regimes and splits are built (trading runs only)."""
 
+    # Numbers are strict: a lax int/float would silently take YAML's ``true`` as 1.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     data: str | None = None
     """OHLCV file (CSV or Parquet); None = the embedded synthetic regime-switching market."""
-    synthetic_seed: int = Field(0, ge=0)
+    synthetic_seed: StrictInt = Field(0, ge=0, lt=2**32)
     """Seed of the synthetic market."""
     detector: Literal["hmm", "volatility_trend"] = "hmm"
     """Causal regime detector fitted on the training span."""
-    n_regimes: int = Field(4, ge=1, le=16)
+    n_regimes: StrictInt = Field(4, ge=1, le=16)
     """Regimes the detector distinguishes."""
-    train_fraction: float = Field(0.7, gt=0.0, lt=1.0)
+    train_fraction: StrictFloat = Field(0.7, gt=0.0, lt=1.0)
     """Chronological share of bars used for training (and for fitting features and regimes)."""
-    validation_fraction: float = Field(0.15, ge=0.0, lt=1.0)
+    validation_fraction: StrictFloat = Field(0.15, ge=0.0, lt=1.0)
     """Share of bars after the training span used for evaluation during training."""
     features: tuple[str, ...] | None = ()
     """Price-feature columns the agent observes besides position and regime probabilities.
@@ -173,15 +182,14 @@ def build_spec(
     file_run: dict[str, Any] = {}
     if config_file is not None:
         raw = load_config_dict(Path(config_file), flatten=False)
-        if set(raw) & _SECTIONS:
-            file_hp, file_run = _split_sections(raw, config_file)
+        # A flat file goes through the same split: an unknown key is then named with the file.
+        file_hp, file_run = _split_sections(raw, config_file)
+        if "market" in file_run:
             data_in_file = (file_run.get("market") or {}).get("data")
             if isinstance(data_in_file, str) and not Path(data_in_file).is_absolute():
                 # Relative to the config file, so the run does not depend on the working dir.
                 resolved = str((Path(config_file).parent / data_in_file).resolve())
                 file_run["market"] = {**file_run["market"], "data": resolved}
-        else:
-            file_hp = raw
     if env is None:
         env = file_run.get("env")
     if env is not None and data is not None:
@@ -405,6 +413,22 @@ def save_model(
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
 
+_MODEL_DIMS = {"obs_dim": 1, "n_actions": 1, "n_regimes": 0}
+"""model.json's integer fields and their smallest valid values."""
+
+
+def _model_int(meta: dict[str, Any], name: str, meta_path: Path, low: int) -> int:
+    """An integer field of model.json, refused by name when missing, not an integer or too small."""
+    if name not in meta:
+        raise FoxhuntError(f"{meta_path}: {name} is missing")
+    value = meta[name]
+    if type(value) is not int:  # bool is an int subclass; 5.7 must not become 5
+        raise FoxhuntError(f"{meta_path}: {name} must be an integer, got: {value!r:.60}")
+    if value < low:
+        raise FoxhuntError(f"{meta_path}: {name} must be at least {low}, got: {value}")
+    return value
+
+
 def load_model(run_dir: Path, which: str = "final") -> Any:
     """Rebuild the greedy agent saved by :func:`save_model` (weights checked key by key).
 
@@ -435,15 +459,35 @@ def load_model(run_dir: Path, which: str = "final") -> Any:
             f"{meta_path}: unknown model format {meta.get('format')!r} "
             f"version {meta.get('format_version')!r}"
         )
-    hp = DQNHyperparameters(**{**meta["hyperparameters"], "device": "cpu", "compile": False})
-    obs_space = gym.spaces.Box(-float("inf"), float("inf"), (int(meta["obs_dim"]),))
-    agent = DQNAgent(
-        obs_space, gym.spaces.Discrete(int(meta["n_actions"])), hp, n_regimes=int(meta["n_regimes"])
-    )
+    dims = {name: _model_int(meta, name, meta_path, low) for name, low in _MODEL_DIMS.items()}
+    if "hyperparameters" not in meta:
+        raise FoxhuntError(f"{meta_path}: hyperparameters is missing")
+    saved_hp = meta["hyperparameters"]
+    if not isinstance(saved_hp, dict):
+        raise FoxhuntError(
+            f"{meta_path}: hyperparameters must be a mapping of names to values, got: "
+            f"{saved_hp!r:.60}"
+        )
     try:
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as err:
         raise FoxhuntError(f"{weights} is not a valid safetensors file: {err}") from None
+    # Every dimension sizes some stored tensor, so none exceeds the weights' element count; an
+    # edited obs_dim of 10**12 is refused here instead of failing to allocate the network.
+    n_weights = sum(v.numel() for v in state.values())
+    for name, value in dims.items():
+        if value > n_weights:
+            raise FoxhuntError(
+                f"{meta_path}: {name}={value} cannot fit the {n_weights} values in {weights.name}"
+            )
+    try:
+        hp = DQNHyperparameters(**{**saved_hp, "device": "cpu", "compile": False})
+        obs_space = gym.spaces.Box(-float("inf"), float("inf"), (dims["obs_dim"],))
+        agent = DQNAgent(
+            obs_space, gym.spaces.Discrete(dims["n_actions"]), hp, n_regimes=dims["n_regimes"]
+        )
+    except (ConfigError, ValueError) as err:  # QNetwork refuses n_regimes > obs_dim as ValueError
+        raise ConfigError(f"{meta_path}: {err}") from None
     expected = agent.online_net.state_dict()
     for k, v in expected.items():
         if k not in state:
@@ -456,6 +500,9 @@ def load_model(run_dir: Path, which: str = "final") -> Any:
     extra = set(state) - set(expected)
     if extra:
         raise FoxhuntError(f"{weights}: unexpected tensors {sorted(extra)}")
+    for k, v in state.items():  # NaN weights would act "fine": argmax of all-NaN Q is action 0
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise FoxhuntError(f"{weights}: tensor {k!r} holds non-finite values (NaN or inf)")
     agent.online_net.load_state_dict(state)
     agent.online_net.eval()
     return agent

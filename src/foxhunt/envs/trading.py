@@ -16,11 +16,19 @@ through this env and a position series simulated there are accounted identically
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import gymnasium as gym
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from foxhunt.errors import ConfigError, DataError, EnvironmentStepError
 from foxhunt.markets.arrays import MarketArrays
@@ -49,21 +57,22 @@ def _one_line(exc: ValidationError, model: str) -> str:
 class TradingEnvConfig(BaseModel):
     """How the trading env builds observations, charges costs and cuts episodes."""
 
+    # Numbers are strict: a lax int/float would silently take YAML's ``true`` as 1.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    window: int = Field(32, ge=1)
+    window: Annotated[int, Strict()] = Field(32, ge=1)
     """Bars of features in each observation (the current bar and ``window - 1`` before it)."""
-    positions: tuple[float, ...] = (-1.0, 0.0, 1.0)
+    positions: tuple[Annotated[float, Strict()], ...] = (-1.0, 0.0, 1.0)
     """Target positions (fraction of equity) the discrete actions index; (0.0, 1.0) = long-only."""
-    cost_bps: float = Field(1.0, ge=0.0, le=1e4, allow_inf_nan=False)
+    cost_bps: Annotated[float, Strict()] = Field(1.0, ge=0.0, le=1e4, allow_inf_nan=False)
     """Commission per unit of position changed, in basis points of equity."""
-    slippage_bps: float = Field(1.0, ge=0.0, le=1e4, allow_inf_nan=False)
+    slippage_bps: Annotated[float, Strict()] = Field(1.0, ge=0.0, le=1e4, allow_inf_nan=False)
     """Slippage per unit of position changed, in basis points; charged exactly like cost."""
-    episode_length: int | None = Field(256, ge=1)
+    episode_length: Annotated[int, Strict()] | None = Field(256, ge=1)
     """Steps per training episode; None (or longer than the span) = the whole span."""
     random_start: bool = True
     """Training episodes start at a random bar (seeded by ``reset(seed=...)``); else the first."""
-    initial_position: int | None = None
+    initial_position: Annotated[int, Strict()] | None = None
     """Index into ``positions`` held before the first step; None = flat (or the smallest |p|)."""
 
     def __init__(self, **data: Any) -> None:
