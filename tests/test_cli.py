@@ -201,7 +201,10 @@ def test_best_model_falls_back_to_final_out_loud(
     shutil.copytree(run, copy)
     (copy / "best_model.safetensors").unlink()
     load_model(copy, which="best")
-    assert "has no best model (no evaluation ran): using the final weights" in caplog.text
+    assert (
+        "has no best model (no evaluation ran, or training has not finished): using the final"
+        in caplog.text
+    )
 
 
 def test_split_and_window_errors_name_their_setting(tmp_path: Path) -> None:
@@ -385,6 +388,10 @@ def test_empty_paths_and_ensemble_directories_are_named(
             main(argv)
         assert exit_.value.code == 2
         assert "must be a path, got an empty string" in capsys.readouterr().err
+    for argv in (["hyperopt", "--sampler-seed", str(2**32)], ["train", "--seed", str(2**70)]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2 and "must be less than 2**32" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing was written in the working directory
     (tmp_path / "out.csv").mkdir()
     assert main(["data", "synth", "--out", "out.csv", "--force"]) == 2

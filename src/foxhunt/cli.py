@@ -70,6 +70,19 @@ def _non_negative_int(name: str):  # type: ignore[no-untyped-def]
     return parse
 
 
+def _seed(name: str):  # type: ignore[no-untyped-def]
+    """A seed: 0 <= seed < 2**32, what NumPy, torch and Optuna's samplers all accept."""
+    whole = _non_negative_int(name)
+
+    def parse(text: str) -> int:
+        value = whole(text)
+        if value >= 2**32:
+            raise argparse.ArgumentTypeError(f"{name} must be less than 2**32, got: {value}")
+        return value
+
+    return parse
+
+
 def _finite_float(name: str, minimum: float | None = None):  # type: ignore[no-untyped-def]
     def parse(text: str) -> float:
         try:
@@ -120,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--run-dir", type=_path("--run-dir"), help="output directory (default: runs/<time>-<env>)"
     )
-    t.add_argument("--seed", type=_non_negative_int("--seed"))
+    t.add_argument("--seed", type=_seed("--seed"))
     t.add_argument("--no-progress", action="store_true", help="no live progress display")
     t.add_argument("--force", action="store_true", help="replace an existing run directory")
 
@@ -158,7 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="plot a run's training curves into RUN_DIR/report")
     rep.add_argument("run_dir")
 
-    h = sub.add_parser("hyperopt", help="Optuna hyperparameter search (shared storage scales out)")
+    h = sub.add_parser(
+        "hyperopt",
+        help="Optuna hyperparameter search (shared storage scales out)",
+        description="Optuna search over foxhunt's search space. Settings given with --set stay "
+        "fixed; the search tunes every other setting in its space, values from --config "
+        "included (they only fill the settings the space does not cover).",
+    )
     _add_spec_args(h, data_help="OHLCV file (CSV or Parquet) for a trading search")
     h.add_argument("--trials", type=_positive_int("--trials"), default=20)
     h.add_argument(
@@ -168,14 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     h.add_argument(
         "--sampler-seed",
-        type=_non_negative_int("--sampler-seed"),
+        type=_seed("--sampler-seed"),
         help="TPE sampler seed (give each parallel worker its own, or none)",
     )
     h.add_argument("--study-name", default="foxhunt")
     h.add_argument(
         "--run-dir", type=_path("--run-dir"), help="where to write the best configuration"
     )
-    h.add_argument("--seed", type=_non_negative_int("--seed"))
+    h.add_argument("--seed", type=_seed("--seed"))
     h.add_argument(
         "--force", action="store_true", help="replace another search's results in --run-dir"
     )
@@ -184,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = d.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
     s = dsub.add_parser("synth", help="write the synthetic regime-switching market to a CSV file")
     s.add_argument("--out", type=_path("--out"), required=True)
-    s.add_argument("--seed", type=_non_negative_int("--seed"), default=0)
+    s.add_argument("--seed", type=_seed("--seed"), default=0)
     s.add_argument("--bars", type=_positive_int("--bars"))
     s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     ens = sub.add_parser(
@@ -203,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_path("--run-dir"),
         help="output directory (default: runs/<time>-<env>-ensemble)",
     )
-    et.add_argument("--seed", type=_non_negative_int("--seed"), help="seed of member 0")
+    et.add_argument("--seed", type=_seed("--seed"), help="seed of member 0")
     et.add_argument("--no-progress", action="store_true", help="no live progress display")
     et.add_argument("--force", action="store_true", help="replace an existing run directory")
     ee = esub.add_parser(

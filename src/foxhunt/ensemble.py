@@ -312,6 +312,11 @@ def train_ensemble(
         raise ConfigError(f"run_dir must be a new or empty directory, got: {run_dir}")
     hp = spec.hyperparameters
     seeds = [hp.seed + i for i in range(n_members)]
+    if seeds[-1] >= 2**32:
+        raise ConfigError(
+            f"seed {hp.seed} + {n_members} members passes 2**32 (member seeds are seed + i): "
+            "choose a smaller seed"
+        )
     # Build every member spec first: a bad input fails before anything is trained or written.
     specs = [spec.model_copy(update={"hyperparameters": hp.replace(seed=s)}) for s in seeds]
     paths = [run_dir / f"member-{i}" for i in range(n_members)]

@@ -446,9 +446,11 @@ def load_model(run_dir: Path, which: str = "final") -> Any:
     if which == "best":
         if (run_dir / "best_model.safetensors").is_file():
             weights = run_dir / "best_model.safetensors"
-        else:  # no evaluation ran (eval_interval 0, or a run shorter than one interval)
+        else:  # no evaluation ran, or training stopped early (best weights are saved at the end)
             log.warning(
-                "%s has no best model (no evaluation ran): using the final weights", run_dir
+                "%s has no best model (no evaluation ran, or training has not finished): using "
+                "the final weights",
+                run_dir,
             )
     for p in (meta_path, weights):
         if not p.is_file():

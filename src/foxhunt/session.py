@@ -208,6 +208,7 @@ def run_training(
 
     info = distributed.current()
     hp = spec.hyperparameters
+    trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
     if hp.learning_starts >= spec.total_env_steps:
         log.warning(
             "learning_starts %d >= total env steps %d: no optimizer step will run and the saved "
@@ -217,7 +218,6 @@ def run_training(
         )
     for names, why in ignored_settings(hp):
         log.warning("%s ignored: %s", ", ".join(f"{k}={getattr(hp, k)}" for k in names), why)
-    trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
     if not info.is_main:  # data-parallel worker: trains in lockstep, writes nothing
         try:
             return trainer.learn(spec.total_env_steps)
