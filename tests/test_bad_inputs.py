@@ -297,7 +297,7 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
     (
         "seed-huge",
         [*GYM, "--seed", "99999999999999999999999"],
-        ("seed must be less than 4294967296", "99999999999999999999999"),
+        ("--seed must be less than 2**32", "99999999999999999999999"),
     ),
     ("env-unknown", [*GYM[:2], "NoSuchEnv-v9", *GYM[3:]], ("env", "'NoSuchEnv-v9'")),
     ("env-continuous", [*GYM[:2], "Pendulum-v1", *GYM[3:]], ("Discrete", "Box(")),
