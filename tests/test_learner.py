@@ -482,6 +482,35 @@ def test_act_and_evaluation_mode(hp_factory, agent_factory) -> None:
     assert agent.online_net.training
 
 
+def test_epsilon_greedy_matches_deciding_after_the_forward_pass(
+    hp_factory, agent_factory, monkeypatch
+) -> None:
+    """act() draws the explore mask before running the network (and skips it when every env
+    explores); the actions and the RNG stream are those of the plain recipe: greedy for all,
+    then the mask, then random actions where it is set."""
+    import copy
+
+    agent = agent_factory(hp_factory())
+    obs = np.random.default_rng(1).normal(size=(3, 6)).astype(np.float32)
+    greedy = agent.greedy_actions(obs)
+    calls = []
+    real = agent.greedy_actions
+    monkeypatch.setattr(agent, "greedy_actions", lambda o: calls.append(1) or real(o))
+    for eps in (0.0, 0.3, 0.7, 1.0):
+        for _ in range(20):
+            rng = copy.deepcopy(agent.rng)
+            explore = rng.random(3) < eps if eps > 0 else np.zeros(3, bool)
+            want = greedy
+            if explore.any():
+                want = np.where(explore, rng.integers(0, agent.n_actions, size=3), greedy)
+            before = len(calls)
+            assert np.array_equal(agent.act(obs, epsilon=eps), want)
+            assert agent.rng.bit_generator.state == rng.bit_generator.state
+            assert (len(calls) > before) == (not explore.all() or eps == 0.0)
+            single = agent.act(obs[0], epsilon=eps)
+            assert isinstance(single, int) and 0 <= single < agent.n_actions
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to CUDA here")
 def test_fp16_with_auto_device_on_a_cpu_machine_is_refused(hp_factory, agent_factory) -> None:
     with pytest.raises(ConfigError, match=r"fp16' needs a CUDA device.*resolved to cpu"):

@@ -517,13 +517,21 @@ class DQNAgent:
     def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray | int:
         """Epsilon-greedy actions for a batch (or one observation, returning an int)."""
         single = np.asarray(obs).ndim == 1
-        greedy = self.greedy_actions(obs)
-        if epsilon > 0.0:
-            explore = self.rng.random(greedy.shape[0]) < epsilon
-            if explore.any():
-                randoms = self.rng.integers(0, self.n_actions, size=greedy.shape[0])
-                greedy = np.where(explore, randoms, greedy)
-        return int(greedy[0]) if single else greedy
+        if epsilon <= 0.0:
+            greedy = self.greedy_actions(obs)
+            return int(greedy[0]) if single else greedy
+        n = 1 if single else len(obs)
+        # The same draws in the same order as deciding after the forward pass, so the actions
+        # are too; but when every env explores (most steps while epsilon is near 1) the network
+        # is not run at all.
+        explore = self.rng.random(n) < epsilon
+        randoms = self.rng.integers(0, self.n_actions, size=n) if explore.any() else None
+        if randoms is not None and explore.all():
+            actions = randoms
+        else:
+            greedy = self.greedy_actions(obs)
+            actions = greedy if randoms is None else np.where(explore, randoms, greedy)
+        return int(actions[0]) if single else actions
 
     @contextlib.contextmanager
     def evaluation(self) -> Iterator[None]:
