@@ -34,8 +34,9 @@ def make_market(
         features=rng.normal(size=(n, 2)).astype(np.float32),
         regime_probs=probs,
         feature_names=("a", "b"),
-        regime_names=tuple(f"regime{k}" for k in range(n_regimes)),
+        regime_names=tuple(f"state_{k}" for k in range(n_regimes)),  # the detector's states
         true_regimes=None if true_regimes is None else np.asarray(true_regimes, dtype=np.int64),
+        true_regime_names=() if true_regimes is None else tuple(f"regime{k}" for k in range(9)),
     )
 
 
@@ -182,6 +183,13 @@ def test_bankruptcy_is_accounted_the_same_in_env_and_simulation():
         assert m["total_return"] == -1.0 and m["max_drawdown"] == 1.0 and m["final_equity"] == 0.0
         assert m["annualised_return"] == -1.0
         assert all(math.isnan(m[k]) for k in ("total_log_return", "sharpe", "sortino", "calmar"))
+    # Per regime too: the regime holding the wipe-out period lost everything, the other did not.
+    regimes = [0, 1, 0, 1, 1]  # the wipe-out period (bar 1 -> 2) is labelled with regime 0
+    market = make_market(close=[100.0, 100.0, 210.0, 220.0, 230.0], true_regimes=regimes)
+    res = bt.simulate_positions(market, [-1.0] * 4, cfg, "short")
+    hit, other = res.per_regime["regime0"], res.per_regime["regime1"]
+    assert hit["total_return"] == -1.0 and math.isnan(hit["sharpe"]) and hit["max_drawdown"] == 1.0
+    assert other["total_return"] > -1.0 and not math.isnan(other["total_log_return"])
 
 
 def test_wiped_out_strategy_reads_n_a_in_the_report_and_null_in_json(tmp_path):
@@ -209,13 +217,18 @@ def test_per_regime_metrics_use_true_regime_of_the_earning_bar():
     labels = true[4:40]
     log_growth = np.log(market.close[4:40] / market.close[3:39])
     log_growth[0] += math.log(1 - 2e-4)  # the entry cost lands in the first period
-    for k, name in enumerate(market.regime_names):
-        m = res.per_regime[name]
+    # Named by the true regimes' names, not the detector's states (state_0, ...).
+    assert set(res.per_regime) == {"regime0", "regime1"} and res.regime_names[:2] == (
+        "regime0",
+        "regime1",
+    )
+    for k in (0, 1):
+        m = res.per_regime[f"regime{k}"]
         assert m["bars"] == np.sum(labels == k)
         assert m["total_log_return"] == pytest.approx(log_growth[labels == k].sum(), rel=1e-10)
     assert sum(m["bars"] for m in res.per_regime.values()) == res.metrics["bars"] == 36
     # turnover per regime keeps the true entry move of the first bar (regime of bar 4)
-    first = market.regime_names[true[4]]
+    first = f"regime{true[4]}"
     assert res.per_regime[first]["turnover"] == pytest.approx(1 / np.sum(labels == true[4]))
 
 

@@ -231,6 +231,15 @@ def _regime_name(names: Sequence[str], k: int) -> str:
     return names[k] if 0 <= k < len(names) else f"regime_{k}"
 
 
+def _wiped_out(metrics: dict[str, float]) -> None:
+    """A run that lost everything: the env's -10 bankruptcy reward is a training penalty, not a
+    return. Returns and drawdown say -100%; ratios built on log returns are undefined (log 0),
+    reported as n/a in the tables and null in JSON."""
+    metrics.update(total_return=-1.0, annualised_return=-1.0, max_drawdown=1.0)
+    for key in ("total_log_return", "annualised_volatility", "sharpe", "sortino", "calmar"):
+        metrics[key] = float("nan")
+
+
 def _build_result(
     market: MarketArrays,
     name: str,
@@ -253,24 +262,25 @@ def _build_result(
     true = None if market.true_regimes is None else np.asarray(market.true_regimes)[ends]
     labels, source = (true.astype(np.int64), "true") if true is not None else (detected, "detected")
 
+    # Per-regime tables name the labels they split by: the source's true regimes (bull, bear,
+    # ...) or the detector's states, never one under the other's names.
+    names = market.true_regime_names if source == "true" else market.regime_names
     changes = np.abs(np.diff(positions, prepend=config.initial_value))
     metrics = _metrics(log_returns, positions, changes, periods_per_year)
+    # The period that wiped the account out carries the env's -10 bankruptcy reward.
+    wiped = np.flatnonzero(log_returns == BANKRUPTCY_REWARD)[:1] if bankrupt else np.array([])
     if bankrupt:
-        # The env's -10 bankruptcy reward is a training penalty, not a return: the account lost
-        # everything. Returns and drawdown say so; ratios built on log returns are undefined
-        # (log 0), reported as n/a in the tables and null in JSON.
-        metrics.update(total_return=-1.0, annualised_return=-1.0, max_drawdown=1.0)
-        for key in ("total_log_return", "annualised_volatility", "sharpe", "sortino", "calmar"):
-            metrics[key] = float("nan")
+        _wiped_out(metrics)
     metrics["periods_per_year"] = float(periods_per_year)
     metrics["final_equity"] = float(equity[-1])
     metrics["total_cost"] = float(costs.sum())
     per_regime: dict[str, dict[str, float]] = {}
     for k in np.unique(labels):
         mask = labels == k
-        per_regime[_regime_name(market.regime_names, int(k))] = _metrics(
-            log_returns[mask], positions[mask], changes[mask], periods_per_year
-        )
+        part = _metrics(log_returns[mask], positions[mask], changes[mask], periods_per_year)
+        if wiped.size and mask[wiped[0]]:
+            _wiped_out(part)  # the regime holding the wipe-out period lost everything too
+        per_regime[_regime_name(names, int(k))] = part
     return BacktestResult(
         name=name,
         timestamps=np.asarray(market.timestamps)[ends],
@@ -282,7 +292,7 @@ def _build_result(
         start_timestamp=np.asarray(market.timestamps)[first],
         regime_labels=labels,
         regime_source=source,
-        regime_names=tuple(market.regime_names),
+        regime_names=tuple(names),
         detected_regimes=detected,
         true_regimes=true,
         metrics=metrics,

@@ -24,6 +24,9 @@ class MarketArrays:
     feature_names: tuple[str, ...]
     regime_names: tuple[str, ...]
     true_regimes: np.ndarray | None = None  # [T] int64 ground truth (synthetic data only)
+    true_regime_names: tuple[
+        str, ...
+    ] = ()  # names of the true regime ids, when the source has them
 
     def __len__(self) -> int:
         return int(self.close.shape[0])
@@ -42,4 +45,5 @@ class MarketArrays:
             feature_names=self.feature_names,
             regime_names=self.regime_names,
             true_regimes=None if self.true_regimes is None else self.true_regimes[start:stop],
+            true_regime_names=self.true_regime_names,
         )

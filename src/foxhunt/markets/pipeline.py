@@ -117,4 +117,8 @@ def prepare_market(
         feature_names=tuple(str(c) for c in raw.columns),
         regime_names=names,
         true_regimes=true,
+        # The synthetic market's own names (bull, bear, ...); a detector's states are not them.
+        true_regime_names=tuple(str(x) for x in attrs.get("regime_names", ()))
+        if true is not None
+        else (),
     )
