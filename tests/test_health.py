@@ -133,6 +133,30 @@ def test_q_bound_derivation(hp_factory) -> None:
     assert fixed.q_bound == 7.0
 
 
+def test_q_bound_is_never_below_the_fresh_networks_scale(hp_factory) -> None:
+    """Rewards of a few basis points (a market's trading costs) gave a bound an untrained
+    network already crossed: the first update's max |Q| sets a floor, times the margin."""
+    mon = HealthMonitor(
+        hp_factory(gamma=0.99, q_divergence_margin=10.0, q_divergence_policy="stop")
+    )
+    mon.check_env_step(np.zeros((1, 2)), np.array([-2e-4]), 1)
+    assert mon.q_bound == pytest.approx(2e-4 * 100 * 10.0)  # 0.2
+    kw: dict[str, Any] = dict(
+        skipped=False, consecutive_skips=0, pre_clip_norm=1.0, env_steps=200, optimizer_steps=1
+    )
+    mon.check_update(q_abs_max=0.26, **kw)  # a fresh network: not divergence
+    assert mon.initial_q_abs_max == 0.26 and mon.q_bound == pytest.approx(2.6)
+    mon.check_update(q_abs_max=2.5, **kw)
+    with pytest.raises(TrainingHalted, match=r"max \|Q\| = 2.7 exceeds bound 2.6"):
+        mon.check_update(q_abs_max=2.7, **kw)  # ten times the starting scale: divergence
+    restored = HealthMonitor(mon.hp)
+    restored.load_state(mon.state_json())
+    assert restored.q_bound == mon.q_bound
+    old = {k: v for k, v in mon.state_json().items() if k != "initial_q_abs_max"}
+    restored.load_state(old)  # a checkpoint from before the floor: set again at the next step
+    assert restored.initial_q_abs_max is None
+
+
 def test_check_update_q_divergence_bounds(hp_factory) -> None:
     mon = HealthMonitor(hp_factory(q_divergence_bound=10.0, q_divergence_policy="warn"))
     kw: dict[str, Any] = dict(

@@ -35,6 +35,7 @@ class HealthMonitor:
 
     hp: DQNHyperparameters
     max_abs_reward: float = 0.0
+    initial_q_abs_max: float | None = None  # max |Q| at the first optimizer step
     collapse_run: int = 0
     events: list[HealthEvent] = field(default_factory=list)
 
@@ -55,7 +56,11 @@ class HealthMonitor:
 
     @property
     def q_bound(self) -> float:
-        """|Q| beyond this is divergence: r_max / (1 - gamma) * margin, or the configured bound."""
+        """|Q| beyond this is divergence, or the configured bound: margin times the larger of
+        r_max / (1 - gamma), what the rewards can justify, and the network's max |Q| at its
+        first update. That second term is the scale a fresh network starts at, which small
+        rewards cannot bound: a market whose only rewards so far are 4 bp trading costs gave a
+        bound of 0.2 that an untrained network's 0.26 already crossed."""
         hp = self.hp
         if hp.q_divergence_bound is not None:
             return hp.q_divergence_bound
@@ -63,7 +68,8 @@ class HealthMonitor:
         if r_max <= 0.0 or hp.gamma >= 1.0:
             return math.inf
         horizon = 1.0 / (1.0 - hp.gamma)
-        return max(r_max, 1e-8) * horizon * hp.q_divergence_margin
+        scale = max(max(r_max, 1e-8) * horizon, self.initial_q_abs_max or 0.0)
+        return scale * hp.q_divergence_margin
 
     def check_update(
         self,
@@ -89,6 +95,8 @@ class HealthMonitor:
                 f"(max_consecutive_nonfinite={hp.max_consecutive_nonfinite})",
             )
             return
+        if self.initial_q_abs_max is None and math.isfinite(q_abs_max):
+            self.initial_q_abs_max = q_abs_max
         bound = self.q_bound
         if (math.isfinite(q_abs_max) and q_abs_max > bound) or not math.isfinite(q_abs_max):
             self._fire(
@@ -134,11 +142,14 @@ class HealthMonitor:
     def state_json(self) -> dict[str, object]:
         return {
             "max_abs_reward": self.max_abs_reward,
+            "initial_q_abs_max": self.initial_q_abs_max,
             "collapse_run": self.collapse_run,
             "events": [e.__dict__ for e in self.events],
         }
 
     def load_state(self, state: dict[str, object]) -> None:
         self.max_abs_reward = float(state["max_abs_reward"])  # type: ignore[arg-type]
+        initial = state.get("initial_q_abs_max")  # absent from older checkpoints: set anew
+        self.initial_q_abs_max = None if initial is None else float(initial)  # type: ignore[arg-type]
         self.collapse_run = int(state["collapse_run"])  # type: ignore[call-overload]
         self.events = [HealthEvent(**e) for e in state["events"]]  # type: ignore[union-attr]

@@ -1008,6 +1008,8 @@ def _check_state(
         )
     if "max_abs_reward" in state["health"]:
         _field(state, "health.max_abs_reward", "finite")
+    if state["health"].get("initial_q_abs_max") is not None:
+        _field(state, "health.initial_q_abs_max", "finite")
     # Optimizer and scheduler states are applied with ``__dict__.update``-like loaders: hold them
     # to the fresh trainer's structure, and the optimizer settings to the hyperparameters.
     agent = trainer.agent
