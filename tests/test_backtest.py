@@ -336,3 +336,19 @@ def test_periods_per_year_is_read_from_the_timestamps():
     minutes = pd.date_range("2024-03-04 09:30", periods=391, freq="min").to_numpy()
     assert infer_periods_per_year(minutes) == pytest.approx(365.25 * 24 * 60, rel=1e-3)
     assert infer_periods_per_year(np.arange(10)) == 252.0  # no timestamps: the default
+
+
+def test_metric_functions_refuse_a_meaningless_year_and_survive_huge_growth():
+    from foxhunt.errors import ConfigError
+
+    r = [0.01, -0.02, 0.03]
+    for bad in (-1, 0, math.nan, math.inf, True, "252"):
+        for fn in (bt.sharpe, bt.sortino, bt.annualised_volatility, bt.annualised_return):
+            with pytest.raises(ConfigError, match="periods_per_year must be a positive number"):
+                fn(r, periods_per_year=bad)
+        with pytest.raises(ConfigError, match="periods_per_year"):
+            bt.compute_metrics(r, [1, 1, 1], periods_per_year=bad)
+    # A 1000-fold log return is growth past float range, not an OverflowError.
+    assert bt.total_return([1000.0]) == math.inf
+    assert bt.annualised_return([0.5] * 10, periods_per_year=1e6) == math.inf
+    assert bt.total_return([-1000.0]) == -1.0

@@ -67,22 +67,41 @@ def _positions(positions: Any, n: int | None = None) -> np.ndarray:
     return p
 
 
+def _ppy(periods_per_year: float) -> float:
+    """Bars per year: a positive finite number, or every annualised figure is meaningless."""
+    ok = isinstance(periods_per_year, int | float | np.number) and not isinstance(
+        periods_per_year, bool
+    )
+    if not (ok and math.isfinite(periods_per_year) and periods_per_year > 0):
+        raise ConfigError(f"periods_per_year must be a positive number, got: {periods_per_year!r}")
+    return float(periods_per_year)
+
+
+def _growth(log_growth: float) -> float:
+    """``exp(x) - 1``, +inf past float range (a 1000-fold log return is not an error)."""
+    try:
+        return math.expm1(log_growth)
+    except OverflowError:
+        return math.inf
+
+
 def total_return(log_returns: Any) -> float:
     """Simple return over the whole span: ``exp(sum r) - 1``."""
-    return float(math.expm1(_returns(log_returns).sum()))
+    return _growth(float(_returns(log_returns).sum()))
 
 
 def annualised_return(log_returns: Any, periods_per_year: float = 252) -> float:
     """Compound annual growth rate: ``exp(mean(r) * periods_per_year) - 1``."""
-    return float(math.expm1(_returns(log_returns).mean() * periods_per_year))
+    return _growth(float(_returns(log_returns).mean()) * _ppy(periods_per_year))
 
 
 def annualised_volatility(log_returns: Any, periods_per_year: float = 252) -> float:
     """Sample std (ddof=1) of log returns times ``sqrt(periods_per_year)``; 0 for one bar."""
     r = _returns(log_returns)
     if r.size < 2:
+        _ppy(periods_per_year)
         return 0.0
-    return float(r.std(ddof=1) * math.sqrt(periods_per_year))
+    return float(r.std(ddof=1) * math.sqrt(_ppy(periods_per_year)))
 
 
 def sharpe(log_returns: Any, periods_per_year: float = 252) -> float:
@@ -94,7 +113,7 @@ def sharpe(log_returns: Any, periods_per_year: float = 252) -> float:
     if r.size < 2:
         return 0.0
     sd = r.std(ddof=1)
-    return 0.0 if sd < _ZERO else float(r.mean() / sd * math.sqrt(periods_per_year))
+    return 0.0 if sd < _ZERO else float(r.mean() / sd * math.sqrt(_ppy(periods_per_year)))
 
 
 def sortino(log_returns: Any, periods_per_year: float = 252) -> float:
@@ -105,7 +124,8 @@ def sortino(log_returns: Any, periods_per_year: float = 252) -> float:
     """
     r = _returns(log_returns)
     downside = math.sqrt(float(np.mean(np.minimum(r, 0.0) ** 2)))
-    return 0.0 if downside < _ZERO else float(r.mean() / downside * math.sqrt(periods_per_year))
+    ppy = _ppy(periods_per_year)
+    return 0.0 if downside < _ZERO else float(r.mean() / downside * math.sqrt(ppy))
 
 
 def equity_curve(log_returns: Any) -> np.ndarray:
@@ -169,7 +189,7 @@ def compute_metrics(
     """All metrics of one contiguous run, keyed by name."""
     r = _returns(log_returns)
     p = _positions(positions, r.size)
-    return _metrics(r, p, np.abs(np.diff(p, prepend=initial_position)), periods_per_year)
+    return _metrics(r, p, np.abs(np.diff(p, prepend=initial_position)), _ppy(periods_per_year))
 
 
 def _metrics(r: np.ndarray, p: np.ndarray, changes: np.ndarray, ppy: float) -> dict[str, float]:
@@ -253,6 +273,7 @@ def _build_result(
 ) -> BacktestResult:
     if periods_per_year is None:
         periods_per_year = infer_periods_per_year(market.timestamps)
+    periods_per_year = _ppy(periods_per_year)
     first = config.window - 1
     n = len(market) - 1 - first
     ends = slice(first + 1, first + 1 + n)  # bar t + 1 of each period
