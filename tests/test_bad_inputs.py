@@ -257,6 +257,16 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
     ("dotted-unknown", [*GYM, "--set", "engine.turbo=1"], ("engine.turbo",)),
     ("trading-field", [*TRADE, "--set", "trading.fee=abc"], ("fee", "abc")),
     ("market-detector", [*TRADE, "--set", "market.detector=magic"], ("detector", "'magic'")),
+    (
+        "market-detector-regimes",
+        [*TRADE, "--set", "market.detector=volatility_trend", "--set", "market.n_regimes=7"],
+        ("market.n_regimes must be 3 or 4 with market.detector=volatility_trend", "got 7"),
+    ),
+    (
+        "market-features-repeated",
+        [*TRADE, "--set", "market.features=[ret_1,ret_1]"],
+        ("market.features names 'ret_1' more than once",),
+    ),
     ("config-missing", [*GYM, "--config", "nope.yaml"], ("config file", "nope.yaml")),
     ("config-invalid-yaml", [*GYM, "--config", "bad.yaml"], ("bad.yaml", "YAML")),
     ("config-list", [*GYM, "--config", "list.yaml"], ("list.yaml", "list")),

@@ -391,6 +391,8 @@ def test_evaluate_gym_ensemble_matches_the_hand_policy(tmp_path):
     assert json.loads((run / "evaluation.json").read_text()) == out
     with pytest.raises(ConfigError, match="max_std needs a fallback_action"):
         evaluate_ensemble(run, episodes=1, max_std=0.1)
+    with pytest.raises(ConfigError, match="fallback_action is taken only where the members"):
+        evaluate_ensemble(run, episodes=1, fallback_action=0)  # it could never apply
 
 
 def test_gym_fallback_replaces_uncertain_actions(tmp_path):

@@ -412,6 +412,11 @@ def evaluate_ensemble(
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
+    if fallback_action is not None and max_std is None:
+        raise ConfigError(
+            f"fallback_action is taken only where the members disagree by more than max_std; "
+            f"give max_std too, got fallback_action={fallback_action!r} and no max_std"
+        )
     ensemble = QEnsemble.load(run_dir)
     settings: dict[str, Any] = {
         "members": ensemble.names,

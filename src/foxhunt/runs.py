@@ -72,6 +72,11 @@ class MarketSpec(BaseModel):
                 "market.train_fraction + market.validation_fraction must be < 1 to leave a test "
                 f"span, got {self.train_fraction} + {self.validation_fraction} = {total:g}"
             )
+        if self.detector == "volatility_trend" and self.n_regimes not in (3, 4):
+            raise ValueError(
+                "market.n_regimes must be 3 or 4 with market.detector=volatility_trend (bull, "
+                f"bear, sideways[, high volatility]), got {self.n_regimes}"
+            )
         return self
 
 
@@ -365,6 +370,9 @@ def select_features(market: Any, names: tuple[str, ...]) -> Any:
         raise ConfigError(
             f"market.features has unknown feature {unknown[0]!r}; available: {', '.join(available)}"
         )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"market.features names {repeated[0]!r} more than once: list it once")
     idx = [available.index(n) for n in names]
     return dataclasses.replace(market, features=market.features[:, idx], feature_names=tuple(names))
 
