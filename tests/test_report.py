@@ -151,3 +151,20 @@ def test_read_metrics_coerces_bad_cells(tmp_path: Path) -> None:
     frame = read_metrics(path)
     assert frame["env_steps"].tolist() == [1.0, 2.0, 3.0]
     assert frame["loss"].iloc[0] == 0.5 and frame["loss"].iloc[1:].isna().all()
+
+
+def test_short_series_are_drawn_with_dots() -> None:
+    """A run stopped after one metrics row has one point per curve: a line alone draws nothing,
+    so short series carry dots; long ones stay plain lines."""
+    from matplotlib.figure import Figure
+
+    from foxhunt.report import _draw_lines, _draw_returns, _Plot
+
+    plot = _Plot("loss", "Loss", ("loss",), "loss")
+    for rows, marker in ((1, "o"), (20, "o"), (21, "None")):
+        frame = pd.DataFrame({"env_steps": np.arange(rows) * 100, "loss": np.linspace(1, 2, rows)})
+        frame["episode_return"] = frame["loss"]
+        ax = Figure().subplots()
+        _draw_lines(ax, frame, "env_steps", plot)
+        _draw_returns(ax, frame, "env_steps")
+        assert ax.lines[0].get_marker() == marker and ax.lines[1].get_marker() == marker

@@ -71,6 +71,11 @@ def _has_data(frame: pd.DataFrame, column: str) -> bool:
     return column in frame.columns and bool(frame[column].notna().any())
 
 
+def _marker(n: int) -> str | None:
+    """Dots on short series: a single logged row draws no line at all, only a dot shows it."""
+    return "o" if n <= 20 else None
+
+
 def _rolling_window(n: int) -> int:
     """About a tenth of the points, between 1 and 100: smooth but still responsive."""
     return max(1, min(100, n // 10))
@@ -80,7 +85,16 @@ def _draw_returns(ax: Axes, frame: pd.DataFrame, x: str) -> None:
     if _has_data(frame, "episode_return"):
         xs, ys = _xy(frame, x, "episode_return")
         window = _rolling_window(len(ys))
-        ax.plot(xs, ys, color="tab:blue", alpha=0.3, linewidth=0.8, label="episode return")
+        ax.plot(
+            xs,
+            ys,
+            color="tab:blue",
+            alpha=0.3,
+            linewidth=0.8,
+            marker=_marker(len(ys)),
+            markersize=3,
+            label="episode return",
+        )
         ax.plot(
             xs,
             ys.rolling(window, min_periods=1).mean(),
@@ -100,7 +114,7 @@ def _draw_lines(ax: Axes, frame: pd.DataFrame, x: str, plot: _Plot) -> None:
             continue
         xs, ys = _xy(frame, x, column)
         all_positive = all_positive and bool((ys > 0).all())
-        ax.plot(xs, ys, linewidth=1.2, label=column)
+        ax.plot(xs, ys, linewidth=1.2, marker=_marker(len(ys)), markersize=3, label=column)
     # Gradient norms span orders of magnitude; a log axis needs strictly positive values.
     if plot.log_when_positive and all_positive:
         ax.set_yscale("log")
@@ -165,7 +179,7 @@ def _throughput_figure(frame: pd.DataFrame, x: str) -> bytes:
         axes = fig.subplots(len(present), 1, sharex=True, squeeze=False)[:, 0]
         for ax, column in zip(axes, present, strict=True):
             xs, ys = _xy(frame, x, column)
-            ax.plot(xs, ys, linewidth=1.2)
+            ax.plot(xs, ys, linewidth=1.2, marker=_marker(len(ys)), markersize=3)
             ax.set_ylabel(column)
             ax.grid(True, alpha=0.3)
         axes[0].set_title("Throughput")
