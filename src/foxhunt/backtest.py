@@ -624,6 +624,13 @@ def _jsonable(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+# Said in every report: the baselines are fixed strategies, not the agent's position set.
+_BASELINES_NOTE = (
+    "Baselines trade the asset directly, whatever positions the agent may take: buy & hold holds "
+    "+1 throughout, flat holds cash; both pay the same costs."
+)
+
+
 def write_report(
     out_dir: str | Path,
     results: Sequence[BacktestResult],
@@ -668,6 +675,7 @@ def write_report(
         if ppy is None
         else f"Annualised with {ppy:,.1f} bars per year (read from the data's timestamps)."
     )
+    rate = " ".join(part for part in (rate, _BASELINES_NOTE) if part)
     md = (
         f"# {title}\n\n![equity curves]({paths['png'].name})\n\n## Overall\n\n"
         + (f"{rate}\n\n" if rate else "")

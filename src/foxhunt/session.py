@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -407,6 +408,11 @@ def backtest_run(
         "periods_per_year": ppy,
         "metrics": {r.name: r.metrics for r in results},
         "oracle_capture": capture,
+        **(
+            {"oracle_capture_note": "undefined: the regime oracle earned nothing on this span"}
+            if capture is not None and not math.isfinite(capture)
+            else {}
+        ),
         "regime_accuracy": accuracy,
         "report": str(files.get("html", out_dir)),
     }
