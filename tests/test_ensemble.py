@@ -334,6 +334,48 @@ def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble):
     assert agent["total_return"] == pytest.approx(flat["total_return"], abs=1e-12)
 
 
+def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
+    tmp_path, trading_ensemble, monkeypatch
+):
+    """Ctrl-C in member 1 (member 0 trained): `ensemble resume` keeps member 0, resumes member 1
+    from its checkpoint, and writes the ensemble an uninterrupted run writes, bit for bit."""
+    import signal
+
+    from foxhunt.ensemble import PLAN_FILE, resume_ensemble
+    from foxhunt.trainer import DQNTrainer, TrainingInterrupted
+
+    spec = load_spec(trading_ensemble)
+    collect = DQNTrainer.collect_step
+
+    def interrupt_member_1(self: DQNTrainer) -> None:
+        collect(self)
+        if self.hp.seed == 12 and self.env_steps == 300:
+            self._interrupt_requested = signal.SIGINT  # as the Ctrl-C handler sets it
+
+    monkeypatch.setattr(DQNTrainer, "collect_step", interrupt_member_1)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingInterrupted):
+        train_ensemble(spec, run, 2)
+    monkeypatch.setattr(DQNTrainer, "collect_step", collect)
+    assert (run / PLAN_FILE).is_file() and not (run / "ensemble.json").exists()
+    assert not (run / "member-1" / "model.safetensors").exists()
+    with pytest.raises(ConfigError, match="is an ensemble stopped part way"):
+        from foxhunt.cli import cmd_resume
+
+        cmd_resume(type("Args", (), {"run_dir": str(run), "total_steps": None})())
+    assert resume_ensemble(run) == [run / "member-0", run / "member-1"]
+    assert not (run / PLAN_FILE).exists()
+    assert (run / "ensemble.json").read_text() == (trading_ensemble / "ensemble.json").read_text()
+    for member in ("member-0", "member-1"):
+        done, reference = (
+            load_file(str(d / member / "model.safetensors")) for d in (run, trading_ensemble)
+        )
+        assert done.keys() == reference.keys()
+        assert all(np.array_equal(done[k], reference[k]) for k in done)
+    with pytest.raises(FoxhuntError, match="is a complete ensemble: nothing to resume"):
+        resume_ensemble(run)
+
+
 def test_train_ensemble_rejects_bad_inputs(tmp_path, trading_ensemble):
     spec = load_spec(trading_ensemble)
     with pytest.raises(ConfigError, match="n_members must be an integer of at least 2, got: 1"):

@@ -225,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     et.add_argument("--seed", type=_seed("--seed"), help="seed of member 0")
     et.add_argument("--no-progress", action="store_true", help="no live progress display")
     et.add_argument("--force", action="store_true", help="replace an existing run directory")
+    er = esub.add_parser(
+        "resume", help="finish an ensemble whose training stopped part way (members kept)"
+    )
+    er.add_argument("run_dir")
+    er.add_argument("--no-progress", action="store_true", help="no live progress display")
     ee = esub.add_parser(
         "evaluate", help="backtest (trading) or score (Gymnasium) an ensemble run directory"
     )
@@ -293,7 +298,14 @@ def _default_run_dir(spec: Any) -> Path:
 
 
 # What a foxhunt run (or ensemble) directory holds: --force replaces nothing else.
-_RUN_MARKERS = ("config.yaml", "ensemble.json", "metrics.csv", "checkpoints", "model.safetensors")
+_RUN_MARKERS = (
+    "config.yaml",
+    "ensemble.json",
+    "ensemble-plan.json",
+    "metrics.csv",
+    "checkpoints",
+    "model.safetensors",
+)
 
 
 def _prepare_run_dir(path: Path, force: bool) -> bool:
@@ -308,11 +320,12 @@ def _prepare_run_dir(path: Path, force: bool) -> bool:
     if not (path.is_dir() and any(path.iterdir())):
         return False
     if not force:
-        hint = (
-            f"use `foxhunt resume {path}`, another --run-dir, or --force"
-            if (path / "checkpoints" / "latest.json").is_file()
-            else "it has no checkpoint to resume: another --run-dir, or --force to replace it"
-        )
+        if (path / "ensemble-plan.json").is_file():
+            hint = f"an ensemble stopped part way: `foxhunt ensemble resume {path}`, or --force"
+        elif (path / "checkpoints" / "latest.json").is_file():
+            hint = f"use `foxhunt resume {path}`, another --run-dir, or --force"
+        else:
+            hint = "it has no checkpoint to resume: another --run-dir, or --force to replace it"
         raise ConfigError(f"--run-dir already holds files: {path} ({hint})")
     resolved, cwd = path.resolve(), Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents or resolved == Path.home().resolve():
@@ -353,6 +366,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from foxhunt.session import resume_training
 
     run_dir = _run_dir_arg(args.run_dir)
+    if (run_dir / "ensemble-plan.json").is_file():
+        raise ConfigError(
+            f"{run_dir} is an ensemble stopped part way: `foxhunt ensemble resume {run_dir}`"
+        )
     if (run_dir / "ensemble.json").is_file():
         raise ConfigError(
             f"{run_dir} is an ensemble: resume a member's run (e.g. `foxhunt resume "
@@ -462,8 +479,13 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_ensemble(args: argparse.Namespace) -> int:
-    from foxhunt.ensemble import evaluate_ensemble, train_ensemble
+    from foxhunt.ensemble import evaluate_ensemble, resume_ensemble, train_ensemble
 
+    if args.ensemble_command == "resume":
+        run_dir = _run_dir_arg(args.run_dir)
+        paths = resume_ensemble(run_dir, progress=not args.no_progress)
+        print(f"foxhunt: ensemble of {len(paths)} members written to {run_dir}")
+        return 0
     if args.ensemble_command == "evaluate":
         out = evaluate_ensemble(
             Path(args.run_dir),

@@ -320,8 +320,23 @@ def train_ensemble(
     # Build every member spec first: a bad input fails before anything is trained or written.
     specs = [spec.model_copy(update={"hyperparameters": hp.replace(seed=s)}) for s in seeds]
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
+    if distributed.current().is_main:  # what `ensemble resume` needs if training stops part way
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir / PLAN_FILE, json.dumps({"members": n_members}) + "\n")
     for member_spec, path in zip(specs, paths, strict=True):
         run_training(member_spec, path, progress=progress)
+    return _finish_ensemble(spec, run_dir, paths, seeds)
+
+
+PLAN_FILE = "ensemble-plan.json"
+
+
+def _finish_ensemble(
+    spec: RunSpec, run_dir: Path, paths: list[Path], seeds: list[int]
+) -> list[Path]:
+    """Write ``config.yaml`` and the ``ensemble.json`` manifest once every member is trained."""
+    from foxhunt import distributed
+
     if not distributed.current().is_main:
         return paths  # data-parallel worker: rank 0 writes the directory
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
@@ -331,7 +346,55 @@ def train_ensemble(
         "members": [{"path": p.name, "seed": s} for p, s in zip(paths, seeds, strict=True)],
     }
     atomic_write_text(run_dir / ENSEMBLE_FILE, json.dumps(manifest, indent=2))
+    (run_dir / PLAN_FILE).unlink(missing_ok=True)
     return paths
+
+
+def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path]:
+    """Finish an ensemble whose training stopped part way (Ctrl-C, SIGTERM, a crash).
+
+    Trained members are kept; a member with a checkpoint resumes from it, exactly as a single
+    run does; a member without one (it had just started, or had not) trains from the start.
+    The result is the ensemble an uninterrupted ``train_ensemble`` writes.
+    """
+    import shutil
+
+    from foxhunt.session import resume_training, run_training
+
+    run_dir = Path(run_dir)
+    if (run_dir / ENSEMBLE_FILE).is_file():
+        raise FoxhuntError(f"{run_dir} is a complete ensemble: nothing to resume")
+    plan_path = run_dir / PLAN_FILE
+    if not plan_path.is_file():
+        raise FoxhuntError(
+            f"{run_dir} is not an ensemble stopped part way (no {PLAN_FILE}): start it with "
+            "`foxhunt ensemble train`"
+        )
+    n_members = read_json_object(plan_path, "ensemble plan").get("members")
+    if isinstance(n_members, bool) or not isinstance(n_members, int) or n_members < 2:
+        raise FoxhuntError(
+            f"{plan_path}: members must be an integer of at least 2, got: {n_members!r}"
+        )
+    if not (run_dir / "member-0" / "config.yaml").is_file():
+        raise FoxhuntError(
+            f"{run_dir}: no member started training; start it again with `foxhunt ensemble "
+            "train --force`"
+        )
+    base = load_spec(run_dir / "member-0")  # member 0 trains with the ensemble's own seed
+    hp = base.hyperparameters
+    seeds = [hp.seed + i for i in range(n_members)]
+    paths = [run_dir / f"member-{i}" for i in range(n_members)]
+    for seed, path in zip(seeds, paths, strict=True):
+        if (path / "summary.json").is_file() and (path / "model.safetensors").is_file():
+            continue  # trained
+        if (path / "checkpoints" / "latest.json").is_file():
+            resume_training(path, progress=progress)
+            continue
+        if path.exists():
+            shutil.rmtree(path)  # started, but stopped before its first checkpoint
+        run_training(base.model_copy(update={"hyperparameters": hp.replace(seed=seed)}), path,
+                     progress=progress)  # fmt: skip
+    return _finish_ensemble(base, run_dir, paths, seeds)
 
 
 class _Recorder:
