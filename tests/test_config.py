@@ -216,6 +216,13 @@ def test_settings_without_effect_are_reported():
     H = DQNHyperparameters
     assert ignored_settings(H()) == []
     assert ignored_settings(H.rainbow()) == []  # epsilon 0 agrees with noisy nets
+    assert ignored_settings(H.rainbow(exploration_fraction=0.3)) == []  # no schedule to stretch
+    from pathlib import Path
+
+    from foxhunt.runs import build_spec
+
+    for shipped in sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")):
+        assert ignored_settings(build_spec(config_file=str(shipped)).hyperparameters) == [], shipped
     assert ignored_settings(H.cartpole()) == []
     assert ignored_settings(H.trading()) == []
     assert ignored_settings(H(exploration_final_eps=0.2)) == []  # epsilon-greedy: used

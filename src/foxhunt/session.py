@@ -186,8 +186,10 @@ def ignored_settings(hp: DQNHyperparameters) -> list[tuple[list[str], str]]:
         if applies(hp):
             continue
         given = [k for k in names if getattr(hp, k) != fields[k].default]
-        if names[0].startswith("exploration"):  # epsilon 0 agrees with noisy nets
-            given = [k for k in given if getattr(hp, k) != 0.0]
+        if names[0].startswith("exploration"):
+            # Epsilon 0 agrees with noisy nets, and then the schedule's length is moot too.
+            off = hp.exploration_initial_eps == hp.exploration_final_eps == 0.0
+            given = [k for k in given if getattr(hp, k) != 0.0 and not off]
         if given:
             out.append((given, why))
     return out
