@@ -260,3 +260,25 @@ def test_ctrl_c_checkpoint_resumes_exactly(
     )
     assert done.returncode == 0, done.stderr
     assert_same_run(reference.done(), run_dir)
+
+
+def test_ctrl_c_with_async_env_workers_stops_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group, async env workers included: they ignore it, so
+    the trainer saves its checkpoint and closes them (a worker dying first broke the pipe and
+    the CLI said "error: Broken pipe"), and nothing prints a worker's traceback."""
+    run_dir = tmp_path / "async"
+    args = train_args(run_dir)
+    args[args.index(str(TOTAL))] = "100000"
+    args += ["--set", "vector_env=async", "--set", "n_envs=2"]
+    proc = subprocess.Popen(
+        cli(*args), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group, as a terminal gives it
+    )  # fmt: skip
+    end = time.monotonic() + 120
+    while proc.poll() is None and not latest_step(run_dir) and time.monotonic() < end:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "checkpoint saved: continue with" in err and "Traceback" not in err, err
+    assert "Broken pipe" not in err

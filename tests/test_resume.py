@@ -267,3 +267,26 @@ def test_checkpoints_hold_nn_linear_layout_for_an_input_major_first_layer() -> N
         trainer.learn(192)  # and the restored state trains
     finally:
         trainer.close()
+
+
+def test_a_new_total_that_moves_the_schedules_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    """resume --total-steps N stretches epsilon (and PER beta) to the new total: the resumed
+    run is then not the continuation of the old schedule, and the log says how it moves."""
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.session import _warn_schedule_change
+    from foxhunt.trainer import DQNTrainer
+
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,), exploration_fraction=0.9, prioritized_replay=True, device="cpu"
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        trainer.env_steps, trainer.total_env_steps = 400, 400
+        _warn_schedule_change(trainer, 400)
+        assert caplog.text == ""
+        _warn_schedule_change(trainer, 600)
+        assert "epsilon follows the new total of 600 env steps (was 400)" in caplog.text
+        assert "from 0.05 to 0.2963" in caplog.text and "PER beta follows" in caplog.text
+        assert trainer.total_env_steps == 400  # only asked, not changed
+    finally:
+        trainer.close()

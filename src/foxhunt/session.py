@@ -288,28 +288,59 @@ def _resume(
         log.warning("%s", w.message)
     _check_same_environment(run_dir, spec, state)
     trainer = _build_trainer(spec, run_dir, progress=progress)
-    restore_state(trainer, tensors, state)
-    total = total_steps or trainer.total_env_steps or spec.total_env_steps
-    if total <= trainer.env_steps:
-        if total_steps is None:
+    try:
+        restore_state(trainer, tensors, state)
+        total = total_steps or trainer.total_env_steps or spec.total_env_steps
+        if total <= trainer.env_steps:
+            if total_steps is None:
+                raise FoxhuntError(
+                    f"run {run_dir} is complete at {trainer.env_steps} env steps: pass "
+                    f"--total-steps above {trainer.env_steps} to continue it"
+                )
             raise FoxhuntError(
-                f"run {run_dir} is complete at {trainer.env_steps} env steps: pass "
-                f"--total-steps above {trainer.env_steps} to continue it"
+                f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
+                f"steps, got: {total}"
             )
-        raise FoxhuntError(
-            f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
-            f"steps, got: {total}"
+        # The logger checks (and trims) metrics.csv before config.yaml is rewritten, so a bad
+        # metrics file stops the resume with every file as it was.
+        trainer.logger = MetricLogger(
+            run_dir, resume=True, truncate_after_env_steps=trainer.env_steps
         )
-    # The logger checks (and trims) metrics.csv before config.yaml is rewritten, so a bad metrics
-    # file stops the resume with every file as it was.
-    trainer.logger = MetricLogger(run_dir, resume=True, truncate_after_env_steps=trainer.env_steps)
-    if total != spec.total_env_steps:
-        spec = spec.model_copy(update={"total_env_steps": total})
-        atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
-    trainer._checkpointer = TrainerCheckpointer(run_dir, spec)
-    if progress:
-        print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
+        if total != spec.total_env_steps:
+            spec = spec.model_copy(update={"total_env_steps": total})
+            atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
+        trainer._checkpointer = TrainerCheckpointer(run_dir, spec)
+        if progress:
+            print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
+        _warn_schedule_change(trainer, total)
+    except BaseException:
+        trainer.close()  # async env workers too: nothing is left running on an error
+        raise
     return _train_loop(trainer, spec, run_dir, total, progress)
+
+
+def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:
+    """Epsilon and PER beta anneal over a fraction of the total steps: a new total moves them
+    from where they are now. Exact continuation keeps the total; say so when it does not."""
+    before = (trainer.epsilon, trainer.beta)
+    own = trainer.total_env_steps
+    trainer.total_env_steps = total
+    after = (trainer.epsilon, trainer.beta)
+    trainer.total_env_steps = own
+    for name, old, new in zip(("epsilon", "PER beta"), before, after, strict=True):
+        if name == "PER beta" and not trainer.hp.prioritized_replay:
+            continue
+        if abs(old - new) > 1e-9:
+            log.warning(
+                "%s follows the new total of %d env steps (was %d): at env step %d it goes from "
+                "%.4g to %.4g",
+                name,
+                total,
+                own,
+                trainer.env_steps,
+                old,
+                new,
+            )
 
 
 def evaluate_run(

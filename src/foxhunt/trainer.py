@@ -76,8 +76,29 @@ def make_vector_env(env: EnvLike, n_envs: int, backend: str = "sync") -> gym.vec
     mode = gym.vector.AutoresetMode.SAME_STEP
     fns = [factory for _ in range(n_envs)]
     if backend == "async" and n_envs > 1:
-        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
+        with _worker_signals():
+            return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode)
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+@contextlib.contextmanager
+def _worker_signals() -> Iterator[None]:
+    """Signal handling that forked env workers inherit: Ctrl-C (sent to the whole process group)
+    is ignored, since the trainer stops them after its checkpoint (a worker dying first broke
+    the pipe mid-save), and SIGTERM is the default again (the CLI's handler raised
+    KeyboardInterrupt in a worker being closed, printing its traceback)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL),
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def n_regimes_of(env: gym.Env | gym.vector.VectorEnv) -> int:
