@@ -364,3 +364,34 @@ def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(
     rows = (tmp_path / "trials.csv").read_text().splitlines()
     assert len(rows) == 3 and "interrupted (Ctrl-C)" in rows[2]
     assert (tmp_path / "best_config.yaml").is_file()
+
+
+def test_workers_racing_to_create_a_new_database_both_join(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers started together on a new sqlite file: the one that loses the race to
+    create its tables sees an IntegrityError; it tries again and joins the study, while a real
+    storage error is still one line at once."""
+    import sqlalchemy.exc
+
+    from foxhunt import hyperopt as ho
+
+    create = optuna.create_study
+    calls = {"n": 0}
+
+    def lose_once(*args: object, **kwargs: object) -> optuna.Study:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise sqlalchemy.exc.IntegrityError(
+                "INSERT INTO alembic_version", {}, Exception("UNIQUE constraint failed")
+            )
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(optuna, "create_study", lose_once)
+    monkeypatch.setattr(ho.time, "sleep", lambda s: None)
+    study = ho._open_study(tiny_spec(), f"sqlite:///{tmp_path / 's.db'}", "x", 0)
+    assert calls["n"] == 2 and study.study_name == "x"
+    calls["n"] = 0
+    with pytest.raises(ConfigError, match="storage cannot be opened"):
+        ho._open_study(tiny_spec(), f"sqlite:///{tmp_path / 'no' / 'dir' / 's.db'}", "x", 0)
+    assert calls["n"] == 2  # the first call "lost the race", the real error is not retried

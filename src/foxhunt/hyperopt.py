@@ -19,6 +19,8 @@ import io
 import json
 import logging
 import math
+import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -249,6 +251,21 @@ def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | Non
     return storage  # an RDB URL: optuna.create_study builds (and validates) it
 
 
+_OPEN_ATTEMPTS = 6
+
+
+def _creation_race(err: BaseException) -> bool:
+    """Whether opening a storage failed only because another worker was creating it too."""
+    import sqlalchemy.exc
+
+    text = str(err).lower()
+    if isinstance(err, sqlalchemy.exc.IntegrityError):
+        return True
+    return isinstance(err, sqlalchemy.exc.OperationalError) and (
+        "already exists" in text or "locked" in text
+    )
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
@@ -286,20 +303,28 @@ def _open_study(
         n_startup_trials=5, n_warmup_steps=spec.total_env_steps // 5
     )
     shown = _redact(storage) if storage is not None else None
-    try:
-        study = optuna.create_study(
-            storage=resolved,
-            sampler=sampler,
-            pruner=pruner,
-            study_name=study_name,
-            direction="maximize",
-            load_if_exists=True,
-        )
-        stored = study.user_attrs.get(_ATTR_TASK)
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as err:
-        raise ConfigError(
-            f"storage cannot be opened, got: {shown!r} ({_first_line(err)})"
-        ) from None
+    for attempt in range(_OPEN_ATTEMPTS):
+        try:
+            study = optuna.create_study(
+                storage=resolved,
+                sampler=sampler,
+                pruner=pruner,
+                study_name=study_name,
+                direction="maximize",
+                load_if_exists=True,
+            )
+            stored = study.user_attrs.get(_ATTR_TASK)
+            break
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as err:
+            if _creation_race(err) and attempt + 1 < _OPEN_ATTEMPTS:
+                # Workers started together race to create a new database's tables (a UNIQUE
+                # constraint on alembic_version, "table already exists", a locked file): the
+                # loser finds them made on the next try.
+                time.sleep(0.2 * (attempt + 1) * (1.0 + random.random()))
+                continue
+            raise ConfigError(
+                f"storage cannot be opened, got: {shown!r} ({_first_line(err)})"
+            ) from None
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ConfigError(
             f"study_name {study_name!r} in storage {shown!r} minimizes, got it for "
