@@ -174,6 +174,14 @@ def test_torchrun_cli_trains_with_per_and_accumulation(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = (run_dir / "summary.json").read_text()
-    assert '"env_steps": 800' in summary
+    assert '"env_steps": 800' in summary and '"world_size": 2' in summary  # counts per process
     rows = (run_dir / "metrics.csv").read_text().splitlines()
     assert len(rows) == 1 + 4  # header + one row per 200 env steps, written once (rank 0)
+    # resume continues in one process: refused under torchrun, said when run alone.
+    resume = [*cmd[: cmd.index("train")], "resume", str(run_dir), "--total-steps", "1000"]
+    proc = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "resume continues a run in one process" in proc.stderr
+    alone = [sys.executable, "-m", "foxhunt.cli", "resume", str(run_dir), "--total-steps", "1000"]
+    proc = subprocess.run([*alone, "--no-progress"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "trained data-parallel on 2 processes and continues in one" in proc.stderr

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import signal
@@ -366,6 +367,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from foxhunt.session import resume_training
 
     run_dir = _run_dir_arg(args.run_dir)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(
+            "resume continues a run in one process (a data-parallel checkpoint holds rank 0's "
+            f"state only): run `foxhunt resume {run_dir}` without torchrun"
+        )
     if (run_dir / "ensemble-plan.json").is_file():
         raise ConfigError(
             f"{run_dir} is an ensemble stopped part way: `foxhunt ensemble resume {run_dir}`"

@@ -77,8 +77,12 @@ class TrainerCheckpointer:
         self.run = _run_sections(spec)
 
     def save(self, trainer: DQNTrainer) -> Path:
+        from foxhunt import distributed
+
         tensors, state = capture_state(trainer)
-        state["run"] = self.run  # what the environment was built from, checked on resume
+        # What the environment was built from (checked on resume), and how many processes
+        # trained: a data-parallel checkpoint holds rank 0's state only.
+        state["run"] = {**self.run, "world_size": distributed.current().world_size}
         return self.manager.save(tensors, state, step=trainer.env_steps)
 
 
@@ -287,6 +291,15 @@ def _resume(
     for w in caught:
         log.warning("%s", w.message)
     _check_same_environment(run_dir, spec, state)
+    ranks = (state.get("run") or {}).get("world_size", 1)
+    if isinstance(ranks, int) and ranks > 1:
+        log.warning(
+            "%s trained data-parallel on %d processes and continues in one: each optimizer step "
+            "now averages 1/%d of the samples it did, and env steps are collected once",
+            run_dir,
+            ranks,
+            ranks,
+        )
     trainer = _build_trainer(spec, run_dir, progress=progress)
     try:
         restore_state(trainer, tensors, state)

@@ -538,6 +538,10 @@ class DQNTrainer:
             "env_steps_per_s": (self.env_steps - steps_start) / max(elapsed, 1e-9),
             "updates_per_s": (self.agent.optimizer_steps - updates_start) / max(elapsed, 1e-9),
         }
+        if self.dist.enabled:
+            # Every count above is this process's; the job collected world_size times the env
+            # steps, and each optimizer step averaged world_size times the effective batch.
+            summary["world_size"] = self.dist.world_size
         if self._checkpointer is not None:
             self.save_checkpoint()
         return summary
