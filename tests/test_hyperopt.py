@@ -319,6 +319,7 @@ def test_cli_hyperopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     out = json.loads(capsys.readouterr().out)
     assert out["trials"] == 2 and out["best_hyperparameters"]["hidden_sizes"][0] in (16, 32, 64)
     assert (run_dir / "best_config.yaml").is_file() and (run_dir / "trials.csv").is_file()
+    assert "`foxhunt evaluate` scores held-out ones" in (run_dir / "best_config.yaml").read_text()
 
     # Another search into the same directory is refused: it would overwrite these results.
     assert main([*argv, "--trials", "1"]) == 2

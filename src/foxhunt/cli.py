@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 from foxhunt.errors import ConfigError, FoxhuntError
 
 EXIT_USER_ERROR = 2
+log = logging.getLogger(__name__)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -456,6 +457,11 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
     spec = _spec_from_args(args)
     if args.run_dir:
         _check_search_dir(Path(args.run_dir), args.study_name, args.storage, args.force)
+    else:
+        log.warning(
+            "no --run-dir: trials.csv and best_config.yaml are not written (the summary below "
+            "is all that remains, besides --storage)"
+        )
     best = run_hyperopt(
         spec,
         n_trials=args.trials,

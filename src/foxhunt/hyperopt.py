@@ -381,6 +381,7 @@ def _best_config_yaml(
         f"# foxhunt hyperopt: best of {n_complete} complete trials in study "
         f"{study.study_name!r}: trial {trial.number}, final greedy evaluation return "
         f"{trial.value:.6g}\n"
+        f"# (on the training evaluation's episode seeds; `foxhunt evaluate` scores held-out ones)\n"
         f"# Reproduce or reuse it: foxhunt train --config best_config.yaml\n"
     )
     return header + best_spec.to_yaml()
