@@ -534,11 +534,26 @@ def test_bad_checkpoint_is_refused_and_the_run_is_left_as_it_was(
     corrupt: Callable[[Path], None],
     must: tuple[str, ...],
 ) -> None:
+    _refused_and_left_as_it_was(
+        cli, trained, tmp_path, corrupt, must, "resume", "--total-steps", "400"
+    )
+
+
+def _refused_and_left_as_it_was(
+    cli: ForkedCli,
+    trained: Path,
+    tmp_path: Path,
+    corrupt: Callable[[Path], None],
+    must: tuple[str, ...],
+    command: str,
+    *options: str,
+) -> None:
+    """``command`` on a damaged copy of ``trained`` is one user error, and changes no file."""
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     corrupt(run)
     before = snapshot(run)
-    assert_user_error(cli("resume", str(run), "--total-steps", "400", cwd=tmp_path), *must)
+    assert_user_error(cli(command, str(run), *options, cwd=tmp_path), *must)
     assert snapshot(run) == before
 
 
@@ -721,12 +736,9 @@ def test_damaged_model_is_refused_by_evaluate(
     corrupt: Callable[[Path], None],
     must: tuple[str, ...],
 ) -> None:
-    run = tmp_path / "run"
-    shutil.copytree(trained, run)
-    corrupt(run)
-    before = snapshot(run)
-    assert_user_error(cli("evaluate", str(run), "--episodes", "1", cwd=tmp_path), *must)
-    assert snapshot(run) == before
+    _refused_and_left_as_it_was(
+        cli, trained, tmp_path, corrupt, must, "evaluate", "--episodes", "1"
+    )
 
 
 def test_intact_model_still_evaluates(cli: ForkedCli, trained: Path, tmp_path: Path) -> None:

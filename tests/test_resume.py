@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -203,20 +204,27 @@ def test_refused_checkpoint_leaves_a_trained_trainer_bit_for_bit_unchanged() -> 
         trainer.close()
 
 
-def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> None:
-    """A checkpoint written before a field existed resumes when the run keeps that field's
-    default; a non-default value still refuses it."""
-    import json
-
+def _small_cartpole_trainer() -> Any:
+    """A one-hidden-layer CartPole trainer that starts learning after 32 env steps."""
     from foxhunt.config import DQNHyperparameters
-    from foxhunt.errors import CheckpointError
-    from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+    from foxhunt.trainer import DQNTrainer
 
     torch.set_num_threads(1)
     hp = DQNHyperparameters(
         hidden_sizes=(8,), learning_starts=32, batch_size=32, eval_interval=0, device="cpu"
     )
-    trainer = DQNTrainer(hp, "CartPole-v1")
+    return DQNTrainer(hp, "CartPole-v1")
+
+
+def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> None:
+    """A checkpoint written before a field existed resumes when the run keeps that field's
+    default; a non-default value still refuses it."""
+    import json
+
+    from foxhunt.errors import CheckpointError
+    from foxhunt.trainer import capture_state, restore_state
+
+    trainer = _small_cartpole_trainer()
     try:
         trainer.learn(64)
         tensors, state = capture_state(trainer)
@@ -237,15 +245,10 @@ def test_checkpoints_hold_nn_linear_layout_for_an_input_major_first_layer() -> N
     its weight and Adam state in nn.Linear's [out, in] layout, as checkpoints written before that
     layout existed do, and a restore puts them back in the parameter's own storage layout (the
     fused Adam kernel reads parameter and state as flat memory, so they must match)."""
-    from foxhunt.config import DQNHyperparameters
     from foxhunt.networks import InputMajorLinear
-    from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+    from foxhunt.trainer import capture_state, restore_state
 
-    torch.set_num_threads(1)
-    hp = DQNHyperparameters(
-        hidden_sizes=(8,), learning_starts=32, batch_size=32, eval_interval=0, device="cpu"
-    )
-    trainer = DQNTrainer(hp, "CartPole-v1")
+    trainer = _small_cartpole_trainer()
     try:
         trainer.learn(96)
         first = trainer.agent.online_net.torso[0]

@@ -550,14 +550,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     terminated: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        # kill, docker stop, Slurm and Kubernetes stop a job with SIGTERM: stop as Ctrl-C does,
+        # so training leaves a checkpoint to resume instead of losing the run.
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
     with contextlib.suppress(ValueError):  # only the main thread may set handlers
-
-        def on_sigterm(signum: int, frame: Any) -> None:
-            # kill, docker stop, Slurm and Kubernetes stop a job with SIGTERM: stop as Ctrl-C
-            # does, so training leaves a checkpoint to resume instead of losing the run.
-            terminated.append(signum)
-            raise KeyboardInterrupt
-
         signal.signal(signal.SIGTERM, on_sigterm)
     try:
         if args.command == "train":
@@ -577,12 +577,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"foxhunt: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
-        terminated += [s for s in [getattr(err, "signum", None)] if s == signal.SIGTERM]
-        how = "terminated (SIGTERM)" if terminated else "interrupted"
-        print(
-            f"foxhunt: {how}{_interrupted(err, args).removeprefix('interrupted')}", file=sys.stderr
-        )
-        return 128 + signal.SIGTERM if terminated else 130
+        # The trainer defers the signal to a loop boundary and says which one it was.
+        sigterm = bool(terminated) or getattr(err, "signum", None) == signal.SIGTERM
+        how = "terminated (SIGTERM)" if sigterm else "interrupted"
+        print(f"foxhunt: {_interrupted(err, args, how)}", file=sys.stderr)
+        return 128 + signal.SIGTERM if sigterm else 130
     except OSError as err:  # the filesystem said no: a path the user chose, a full disk
         where = f": {err.filename}" if err.filename else ""
         what = err.strerror or _one_line(err)
@@ -626,24 +625,24 @@ def _json(value: Any) -> str:
     return json.dumps(clean(value), indent=2, default=str, allow_nan=False)
 
 
-def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace) -> str:
-    """What a Ctrl-C left behind, and what to run next."""
+def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> str:
+    """What a Ctrl-C (or SIGTERM: ``how``) left behind, and what to run next."""
     from foxhunt.trainer import TrainingInterrupted
 
     if isinstance(err, TrainingInterrupted) and err.checkpoint is not None:
         run_dir = err.checkpoint.parent.parent
         return (
-            f"interrupted at env step {err.env_steps}; checkpoint saved: continue with "
+            f"{how} at env step {err.env_steps}; checkpoint saved: continue with "
             f"`foxhunt resume {run_dir}`"
         )
     if isinstance(err, TrainingInterrupted):
-        return f"interrupted at env step {err.env_steps} (nothing to save here)"
+        return f"{how} at env step {err.env_steps} (nothing to save here)"
     if args.command in ("train", "resume"):
         return (
-            "interrupted at once (a second Ctrl-C, or before training started): the run keeps "
+            f"{how} at once (a second Ctrl-C, or before training started): the run keeps "
             "its last periodic checkpoint, if it has one"
         )
-    return "interrupted"
+    return how
 
 
 def _one_line(err: BaseException) -> str:

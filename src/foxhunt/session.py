@@ -385,11 +385,13 @@ def check_evaluation_options(
     spec: RunSpec, run_dir: Path, *, data: str | None, split: str | None, episodes: int | None
 ) -> int:
     """Refuse evaluation options that do not apply to this run; the episode count to use."""
-    given = {"--data": data, "--split": split} if not spec.is_trading else {"--episodes": episodes}
+    if spec.is_trading:
+        given, applies, kind = {"--episodes": episodes}, "Gymnasium runs", "is a trading run"
+    else:
+        given = {"--data": data, "--split": split}
+        applies, kind = "trading runs", f"trained on {spec.env!r}"
     for name, value in given.items():
         if value is not None:
-            kind = f"trained on {spec.env!r}" if not spec.is_trading else "is a trading run"
-            applies = "trading runs" if not spec.is_trading else "Gymnasium runs"
             raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {value!r}")
     if episodes is None:
         return 10

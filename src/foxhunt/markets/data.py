@@ -291,9 +291,8 @@ def _sniff_text(path: Path, suffix: str) -> tuple[str, list[str]]:
 
 def _header_names(line: str) -> int:
     """How many fields of a line are column names this loader knows (date, open, close, ...)."""
-    fields = re.split(r"[,;\t|]", line)
-    return sum(_norm(f.strip('"')) in _ALIASES or _norm(f.strip('"')) in _TIMESTAMP_ALIASES[:-1]
-               for f in fields)  # fmt: skip
+    names = [_norm(f.strip('"')) for f in re.split(r"[,;\t|]", line)]
+    return sum(n in _ALIASES or n in _TIMESTAMP_ALIASES[:-1] for n in names)
 
 
 def _leading_comments(lines: list[str]) -> int:
@@ -650,7 +649,7 @@ _TWELVE_HOUR = re.compile(
 )
 
 
-def _guess_formats(first: str, dayfirst: bool) -> str | None:
+def _guess_format(first: str, dayfirst: bool) -> str | None:
     """pandas' format guess, extended to 12-hour clocks after the date."""
     fmt = guess_datetime_format(first, dayfirst=dayfirst)
     if fmt is not None:
@@ -700,7 +699,7 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
         first = str(text.iloc[0])
         formats: list[str] = []
         for dayfirst in (True, False) if dotted else (False, True):
-            fmt = _guess_formats(first, dayfirst)
+            fmt = _guess_format(first, dayfirst)
             if fmt is not None and not re.search("%[Yy]", fmt):
                 raise DataError(
                     f"{label}: column {column!r} holds dates without a year (first value "
