@@ -378,3 +378,18 @@ def test_trading_positions_refuse_booleans() -> None:
     with pytest.raises(ConfigError, match=r"trading.positions.0: .*valid number \(got True\)"):
         TradingEnvConfig(positions=[True, False])
     assert TradingEnvConfig(positions=[0, 1]).positions == (0.0, 1.0)
+
+
+def test_the_trading_preset_or_regime_network_with_a_gym_env_names_its_source(
+    tmp_path: Path,
+) -> None:
+    from foxhunt.runs import build_spec
+
+    with pytest.raises(ConfigError, match=r"--preset trading is for the trading environment"):
+        build_spec(env="CartPole-v1", preset_name="trading")
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("regime_conditional: true\n")
+    with pytest.raises(ConfigError, match=rf"regime_conditional: true \(from {cfg}\)"):
+        build_spec(env="CartPole-v1", config_file=str(cfg))
+    with pytest.raises(ConfigError, match=r"regime_conditional: true \(from --set\)"):
+        build_spec(env="CartPole-v1", overrides={"regime_conditional": True})

@@ -68,3 +68,187 @@ def test_frozen_lake_trains() -> None:
         assert trainer.agent.obs_dim == 16 and summary["optimizer_steps"] > 0
     finally:
         trainer.close()
+
+
+# --- envs passed as instances or factories, unusual spaces (a probe's findings) --------------
+
+
+class _Counter(gym.Env):
+    """Observation = steps since reset; ends after ``horizon`` steps (never when None)."""
+
+    def __init__(self, horizon: int | None = 15, actions: gym.spaces.Discrete | None = None):
+        self.observation_space = gym.spaces.Box(0.0, 1e6, (1,), np.float32)
+        self.action_space = actions or gym.spaces.Discrete(2)
+        self.horizon = horizon
+        self.received: list[int] = []
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        assert self.action_space.contains(action), action
+        self.received.append(int(action))
+        self.t += 1
+        ended = self.horizon is not None and self.t >= self.horizon
+        return np.array([self.t], np.float32), 1.0, ended, False, {}
+
+
+def _hp(**kw: object):  # type: ignore[no-untyped-def]
+    from foxhunt.config import DQNHyperparameters
+
+    base: dict = dict(
+        batch_size=8, learning_starts=8, hidden_sizes=(8,), eval_interval=0, eval_episodes=1
+    )
+    return DQNHyperparameters(**{**base, **kw})
+
+
+def test_an_env_instance_is_not_stepped_by_evaluation() -> None:
+    """Evaluating on the training instance reset it mid-episode: stored transitions jumped."""
+    from foxhunt.trainer import DQNTrainer
+
+    env = _Counter(horizon=15)
+    trainer = DQNTrainer(_hp(eval_interval=20), env)
+    try:
+        trainer.learn(100)
+        assert trainer.eval_history, "evaluations ran"
+        r = trainer.replay
+        obs, nxt = r.obs[: r.size, 0].numpy(), r.next_obs[: r.size, 0].numpy()
+        np.testing.assert_array_equal(nxt, obs + 1)  # every stored step is one real step
+        assert trainer.episodes == 100 // 15
+        assert trainer._eval_env is not None and trainer._eval_env.unwrapped is not env
+    finally:
+        trainer.close()
+
+
+def test_actions_of_a_discrete_space_with_a_start_are_offset() -> None:
+    from foxhunt.trainer import DQNTrainer
+
+    space = gym.spaces.Discrete(3, start=-1)
+    env = _Counter(horizon=10, actions=space)
+    trainer = DQNTrainer(_hp(), env)  # the env asserts that every action is in its space
+    try:
+        trainer.learn(60)
+        assert set(env.received) <= {-1, 0, 1} and {-1, 1} <= set(env.received)
+        assert trainer.agent.n_actions == 3
+        assert trainer.evaluate(1) == 10.0
+    finally:
+        trainer.close()
+
+
+def test_discrete_observations_are_one_hot_for_instances_and_factories() -> None:
+    from foxhunt.trainer import DQNTrainer
+
+    for env in (gym.make("FrozenLake-v1"), lambda: gym.make("FrozenLake-v1")):
+        trainer = DQNTrainer(_hp(), env, eval_env=gym.make("FrozenLake-v1"))
+        try:
+            trainer.learn(40)
+            assert trainer.agent.obs_shape == (16,)
+        finally:
+            trainer.close()
+
+
+class _Image(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, (3, 4, 4), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.integers(0, 255, (3, 4, 4), dtype=np.uint8), {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        self.t += 1
+        obs = self.np_random.integers(0, 255, (3, 4, 4), dtype=np.uint8)
+        return obs, float(action), self.t >= 5, False, {}
+
+
+def test_image_observations_act_evaluate_save_and_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import foxhunt
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(eval_interval=30), _Image())
+    try:
+        trainer.learn(60)
+        one = _Image().reset(seed=0)[0]
+        batch = np.stack([one, one, one])
+        agent = trainer.agent
+        assert isinstance(agent.act(one), int)  # one (3, 4, 4) image is one observation
+        assert agent.act(batch).shape == (3,)
+        with pytest.raises(ValueError, match=r"shape \(3, 4, 4\).*got: \(4, 4\)"):
+            agent.act(one[0])
+        trainer.save(tmp_path / "model")
+    finally:
+        trainer.close()
+    loaded = foxhunt.load_model(str(tmp_path / "model"))
+    assert loaded.obs_shape == (3, 4, 4)
+    np.testing.assert_array_equal(loaded.greedy_actions(batch), agent.greedy_actions(batch))
+
+
+def test_a_cut_off_evaluation_episode_is_warned(caplog: pytest.LogCaptureFixture) -> None:
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(), lambda: _Counter(horizon=None))
+    try:
+        with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+            assert trainer.evaluate(1, max_steps=50) == 50.0
+        assert "cut off after 50 steps" in caplog.text
+    finally:
+        trainer.close()
+
+
+def test_learn_with_a_total_already_reached_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(), _Counter())
+    try:
+        trainer.learn(40)
+        with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+            trainer.learn(30)
+        assert trainer.env_steps == 40 and "nothing to train" in caplog.text
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+            trainer.learn(50)
+        assert trainer.env_steps == 50 and not caplog.text
+    finally:
+        trainer.close()
+
+
+def test_a_reward_beyond_float32_is_refused_by_name() -> None:
+    from foxhunt.errors import EnvironmentStepError
+    from foxhunt.trainer import DQNTrainer
+
+    class Huge(_Counter):
+        def step(self, action):  # type: ignore[no-untyped-def]
+            obs, _, term, trunc, info = super().step(action)
+            return obs, 1e39, term, trunc, info
+
+    trainer = DQNTrainer(_hp(), Huge())
+    try:
+        with pytest.raises(EnvironmentStepError, match=r"too large for float32.*1e\+39"):
+            trainer.learn(20)
+        assert trainer.replay.size == 0
+    finally:
+        trainer.close()
+
+
+def test_bad_eval_env_arguments_name_eval_env() -> None:
+    from foxhunt.trainer import DQNTrainer
+
+    with pytest.raises(ConfigError, match="eval_env must be a registered Gymnasium id"):
+        DQNTrainer(_hp(), "CartPole-v1", eval_env="Nope-v0")
+    with pytest.raises(ConfigError, match="eval_env must be a Gymnasium env, env id or factory"):
+        DQNTrainer(_hp(), "CartPole-v1", eval_env=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="eval_env factory must return a Gymnasium env"):
+        DQNTrainer(_hp(), "CartPole-v1", eval_env=lambda: 5)  # type: ignore[arg-type,return-value]
+
+
+def test_a_replay_buffer_too_large_to_allocate_names_buffer_capacity() -> None:
+    from foxhunt.replay import ReplayBuffer
+
+    with pytest.raises(
+        ConfigError, match=r"out of memory: buffer_capacity 10000000000000 needs .* GiB"
+    ):
+        ReplayBuffer(10**13, (4,))

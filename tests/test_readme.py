@@ -8,12 +8,14 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_readme_python_examples_run() -> None:
+def test_readme_python_examples_run(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)  # the examples write a run directory
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert len(blocks) >= 2
     code = "\n".join(blocks).replace("trainer.learn(50_000)", "trainer.learn(1_000)")
     assert "trainer.learn(1_000)" in code  # the example this test shrinks is still there
     namespace: dict[str, object] = {}
     exec(compile(code, str(README), "exec"), namespace)
+    assert namespace["action"] in (0, 1) and (tmp_path / "runs/cartpole-py/model.json").is_file()
     stats = namespace["stats"]
     assert stats.pre_clip_norm > 0 and stats.lr > 0  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ _LAZY = {
     "TradingEnv": "foxhunt.envs.trading",
     "TradingEnvConfig": "foxhunt.envs.trading",
     "run_hyperopt": "foxhunt.hyperopt",
+    "load_model": "foxhunt.runs",
 }
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from foxhunt.learner import DQNAgent, GradientStats
     from foxhunt.networks import QNetwork, RegimeConditionalDQN
     from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
+    from foxhunt.runs import load_model
     from foxhunt.trainer import DQNTrainer
 
 
@@ -77,5 +79,6 @@ __all__ = [
     "TradingEnvConfig",
     "TrainingHalted",
     "__version__",
+    "load_model",
     "run_hyperopt",
 ]

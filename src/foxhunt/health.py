@@ -18,6 +18,8 @@ from foxhunt.errors import EnvironmentStepError, TrainingHalted
 
 log = logging.getLogger("foxhunt.health")
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 @dataclass
 class HealthEvent:
@@ -52,7 +54,14 @@ class HealthMonitor:
                 f"(env index {env_i}): {value}"
             )
         if rewards.size:
-            self.max_abs_reward = max(self.max_abs_reward, float(np.abs(rewards).max()))
+            peak = float(np.abs(rewards).max())
+            if peak > _FLOAT32_MAX:  # finite here, inf once stored in the float32 replay
+                env_i = int(np.argmax(np.abs(rewards)))
+                raise EnvironmentStepError(
+                    f"environment returned a reward too large for float32 at env step "
+                    f"{env_steps} (env index {env_i}): {rewards[env_i]} (scale the rewards)"
+                )
+            self.max_abs_reward = max(self.max_abs_reward, peak)
 
     @property
     def q_bound(self) -> float:

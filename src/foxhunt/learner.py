@@ -223,7 +223,13 @@ class DQNAgent:
                 f"(resolved to {self.device.type}; use 'bf16' on CPU)"
             )
         self.n_actions = int(action_space.n)
-        self.obs_dim = int(np.prod(observation_space.shape))
+        self.obs_shape = tuple(int(d) for d in observation_space.shape)
+        if not self.obs_shape:
+            raise ConfigError(
+                f"observation space must have at least one dimension, got: {observation_space} "
+                "(reshape the observation to (1,))"
+            )
+        self.obs_dim = int(np.prod(self.obs_shape))
         if hp.regime_conditional and n_regimes < 1:
             raise ConfigError(
                 "regime_conditional must be false for an environment without regimes, got: true "
@@ -376,7 +382,9 @@ class DQNAgent:
             batch.discounts,
             batch.weights,
         )
-        scaled = objective * scale
+        # A window of one micro-batch has scale 1: multiplying by 1.0 is exact, so skipping it
+        # changes no bit and saves an autograd node and its kernels outside the compiled graph.
+        scaled = objective if scale == 1.0 else objective * scale
         if self.scaler is not None:
             scaled = self.scaler.scale(scaled)
         scaled.backward()
@@ -506,21 +514,34 @@ class DQNAgent:
         # Buffers (noise samples, the C51 support) are not synced: the target draws its own noise.
 
     # --- acting
+    def _as_batch(self, obs: np.ndarray) -> tuple[np.ndarray, bool]:
+        """(a batch of observations, whether ``obs`` was a single one), judged by the env's
+        observation shape, not by the number of dimensions (an image is one observation)."""
+        arr = np.asarray(obs)
+        if arr.shape == self.obs_shape:
+            return arr[None], True
+        if arr.shape[1:] == self.obs_shape and arr.ndim == len(self.obs_shape) + 1:
+            return arr, False
+        one = ", ".join(map(str, self.obs_shape))
+        raise ValueError(
+            f"observation must have shape {self.obs_shape} (one) or (n, {one}) (a batch), "
+            f"got: {arr.shape}"
+        )
+
     @torch.inference_mode()
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
-        """argmax_a Q(obs, a) for a batch of observations."""
-        x = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=self.device)
-        if x.dim() == 1:
-            x = x[None]
+        """argmax_a Q(obs, a) for a batch of observations (or one, as a batch of one)."""
+        batch, _ = self._as_batch(obs)
+        x = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
         return self.online_net.q_values(self.online_net(x)).argmax(dim=1).cpu().numpy()
 
     def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray | int:
         """Epsilon-greedy actions for a batch (or one observation, returning an int)."""
-        single = np.asarray(obs).ndim == 1
+        batch, single = self._as_batch(obs)
         if epsilon <= 0.0:
-            greedy = self.greedy_actions(obs)
+            greedy = self.greedy_actions(batch)
             return int(greedy[0]) if single else greedy
-        n = 1 if single else len(obs)
+        n = len(batch)
         # The same draws in the same order as deciding after the forward pass, so the actions
         # are too; but when every env explores (most steps while epsilon is near 1) the network
         # is not run at all.
@@ -529,7 +550,7 @@ class DQNAgent:
         if randoms is not None and explore.all():
             actions = randoms
         else:
-            greedy = self.greedy_actions(obs)
+            greedy = self.greedy_actions(batch)
             actions = greedy if randoms is None else np.where(explore, randoms, greedy)
         return int(actions[0]) if single else actions
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -221,7 +222,19 @@ def build_spec(
             )
     if seed is not None:
         hp_over["seed"] = seed
+    if not trading and preset_name == "trading":
+        raise ConfigError(
+            f"--preset trading is for the trading environment (its network reads market "
+            f"regimes), got it with --env {env!r}; use one of "
+            f"{', '.join(p for p in PRESETS if p != 'trading')}"
+        )
     hp = preset(preset_name, **{**file_hp, **hp_over})
+    if not trading and hp.regime_conditional:
+        source = "--set" if "regime_conditional" in hp_over else config_file
+        raise ConfigError(
+            f"regime_conditional: true (from {source}) needs the trading environment's market "
+            f"regimes, got --env {env!r}"
+        )
     market = {**(file_run.get("market") or {}), **market_over}
     if data is not None and market_over.get("data") not in (None, data):
         raise ConfigError(
@@ -414,6 +427,7 @@ def save_model(
         "format": "foxhunt-model",
         "format_version": 1,
         "obs_dim": agent.obs_dim,
+        "obs_shape": list(agent.obs_shape),
         "n_actions": agent.n_actions,
         "n_regimes": agent.online_net.n_regimes,
         "hyperparameters": agent.hp.to_dict(),
@@ -422,6 +436,12 @@ def save_model(
 
 
 _MODEL_DIMS = {"obs_dim": 1, "n_actions": 1, "n_regimes": 0}
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 1  # bool is an int subclass
+
+
 """model.json's integer fields and their smallest valid values."""
 
 
@@ -437,12 +457,15 @@ def _model_int(meta: dict[str, Any], name: str, meta_path: Path, low: int) -> in
     return value
 
 
-def load_model(run_dir: Path, which: str = "final") -> Any:
+def load_model(run_dir: str | Path, which: str = "final") -> Any:
     """Rebuild the greedy agent saved by :func:`save_model` (weights checked key by key).
 
-    ``which="best"`` takes the weights of the best evaluation when the run kept them (falling
-    back to the final weights), ``"final"`` the weights at the end of training.
+    ``run_dir`` is a run directory of ``foxhunt train`` or one written by
+    ``DQNTrainer.save``. ``which="best"`` takes the weights of the best evaluation when the run
+    kept them (falling back to the final weights), ``"final"`` the weights at the end of
+    training. ``agent.act(obs)`` then gives the greedy action.
     """
+    run_dir = Path(run_dir)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -490,9 +513,22 @@ def load_model(run_dir: Path, which: str = "final") -> Any:
             raise FoxhuntError(
                 f"{meta_path}: {name}={value} cannot fit the {n_weights} values in {weights.name}"
             )
+    # obs_shape (absent from models saved before it was recorded) lets the loaded agent tell
+    # one image-shaped observation from a batch; it must flatten to obs_dim.
+    obs_shape = meta.get("obs_shape", [dims["obs_dim"]])
+    if (
+        not isinstance(obs_shape, list)
+        or not obs_shape
+        or not all(_is_count(d) for d in obs_shape)
+        or math.prod(obs_shape) != dims["obs_dim"]
+    ):
+        raise FoxhuntError(
+            f"{meta_path}: obs_shape must be a list of positive integers whose product is "
+            f"obs_dim={dims['obs_dim']}, got: {obs_shape!r:.60}"
+        )
     try:
         hp = DQNHyperparameters(**{**saved_hp, "device": "cpu", "compile": False})
-        obs_space = gym.spaces.Box(-float("inf"), float("inf"), (dims["obs_dim"],))
+        obs_space = gym.spaces.Box(-float("inf"), float("inf"), tuple(obs_shape))
         agent = DQNAgent(
             obs_space, gym.spaces.Discrete(dims["n_actions"]), hp, n_regimes=dims["n_regimes"]
         )

@@ -111,16 +111,14 @@ def _check_same_environment(run_dir: Path, spec: RunSpec, state: dict[str, Any])
             )
 
 
-def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTrainer:
+def _build_trainer(spec: RunSpec, *, progress: bool) -> DQNTrainer:
     # rich draws from Python's global RNG when first imported (rich.style's link ids). Import it
     # before the trainer seeds (or a resume restores) that RNG, so the progress display, which
     # imports rich lazily, cannot make a resumed run's RNG state differ from the straight run's.
     import rich.style  # noqa: F401
 
     train_env, eval_env, _ = make_envs(spec)
-    return DQNTrainer(
-        spec.hyperparameters, train_env, eval_env=eval_env, run_dir=run_dir, progress=progress
-    )
+    return DQNTrainer(spec.hyperparameters, train_env, eval_env=eval_env, progress=progress)
 
 
 def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -215,14 +213,7 @@ def run_training(
 
     info = distributed.current()
     hp = spec.hyperparameters
-    trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
-    if hp.learning_starts >= spec.total_env_steps:
-        log.warning(
-            "learning_starts %d >= total env steps %d: no optimizer step will run and the saved "
-            "model is the untrained one (raise --total-steps or lower learning_starts)",
-            hp.learning_starts,
-            spec.total_env_steps,
-        )
+    trainer = _build_trainer(spec, progress=progress and info.is_main)
     for names, why in ignored_settings(hp):
         log.warning("%s ignored: %s", ", ".join(f"{k}={getattr(hp, k)}" for k in names), why)
     if not info.is_main:  # data-parallel worker: trains in lockstep, writes nothing
@@ -300,7 +291,7 @@ def _resume(
             ranks,
             ranks,
         )
-    trainer = _build_trainer(spec, run_dir, progress=progress)
+    trainer = _build_trainer(spec, progress=progress)
     try:
         restore_state(trainer, tensors, state)
         total = total_steps or trainer.total_env_steps or spec.total_env_steps

@@ -8,6 +8,7 @@ a checkpoint can capture it and a resumed run continues exactly where it stopped
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import json
 import logging
@@ -48,21 +49,58 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _env_factory(env: EnvLike) -> Callable[[], gym.Env]:
+def _env_factory(env: EnvLike, name: str = "env") -> Callable[[], gym.Env]:
+    """A zero-argument maker of the env made ready by ``prepare_env`` (one-hot Discrete
+    observations, actions counted from 0) however it was passed; ``name`` is the argument
+    errors name."""
+    from foxhunt.envs.gym_envs import make_gym_env, prepare_env
+
     if isinstance(env, str):
         env_id = env
+        return lambda: make_gym_env(env_id, name)
+    if isinstance(env, gym.Env):
+        prepared = prepare_env(env)
+        return lambda: prepared
+    if callable(env):
+        factory = env
 
         def make() -> gym.Env:
-            from foxhunt.envs.gym_envs import make_gym_env
-
-            return make_gym_env(env_id)
+            made = factory()
+            if not isinstance(made, gym.Env):
+                raise ConfigError(
+                    f"{name} factory must return a Gymnasium env, got: {type(made).__name__}"
+                )
+            return prepare_env(made)
 
         return make
-    if isinstance(env, gym.Env):
-        return lambda: env
-    if callable(env):
-        return env
-    raise ConfigError(f"env must be a Gymnasium env, env id or factory, got: {type(env).__name__}")
+    raise ConfigError(
+        f"{name} must be a Gymnasium env, env id or factory, got: {type(env).__name__}"
+    )
+
+
+def _separate_env(env: gym.Env) -> gym.Env:
+    """A second env like ``env`` (an instance the training loop steps) for evaluation.
+
+    Evaluating on the training instance would reset it mid-episode and hand the loop an env
+    that had already terminated: transitions that jump across the evaluation, and wrong episode
+    returns. The copy is a deep copy (it keeps any attribute the user changed after making the
+    env), else ``gym.make(env.spec)`` (wrappers included); an env that allows neither needs
+    ``eval_env``.
+    """
+    try:
+        return copy.deepcopy(env)
+    except Exception as err:  # a handle that cannot be copied (a socket, a subprocess, ...)
+        reason = type(err).__name__
+    if env.spec is not None:
+        try:
+            return gym.make(env.spec)
+        except Exception as err:  # a wrapper that cannot be rebuilt from the spec, and so on
+            reason = f"{reason}; gym.make(env.spec): {type(err).__name__}"
+    raise ConfigError(
+        f"env: evaluation needs an env separate from the training instance, but "
+        f"{type(env.unwrapped).__name__} can be neither copied nor rebuilt from its spec "
+        f"({reason}); pass eval_env=, an env id or a factory"
+    )
 
 
 def make_vector_env(env: EnvLike, n_envs: int, backend: str = "sync") -> gym.vector.VectorEnv:
@@ -134,6 +172,14 @@ def episode_returns(
             total += float(reward)
             done = bool(terminated or truncated)
             steps += 1
+        if not done:
+            log.warning(
+                "evaluation episode (seed %d) cut off after %d steps without ending: its return "
+                "counts only those steps (an env with no time limit: wrap it in "
+                "gymnasium.wrappers.TimeLimit)",
+                seed,
+                steps,
+            )
         returns.append(total)
     return returns
 
@@ -171,8 +217,9 @@ class _Window:
 class DQNTrainer:
     """Trains a :class:`DQNAgent` on any discrete-action Gymnasium environment.
 
-    Parts are injected, not inherited: pass ``logger`` (anything with ``log(row)``), ``eval_env``
-    and ``checkpoints`` to replace the defaults.
+    Parts are injected, not inherited: pass ``logger`` (anything with ``log(row)``) and
+    ``eval_env`` to replace the defaults. :meth:`save` writes the trained policy for
+    :func:`foxhunt.load_model`; ``foxhunt train`` adds checkpoints, metrics and exact resume.
     """
 
     def __init__(
@@ -181,7 +228,6 @@ class DQNTrainer:
         env: EnvLike,
         *,
         eval_env: EnvLike | None = None,
-        run_dir: str | Path | None = None,
         logger: Any | None = None,
         progress: bool = False,
     ) -> None:
@@ -198,16 +244,31 @@ class DQNTrainer:
             torch.set_num_threads(hp.torch_threads)
         seed_everything(hp.seed)
         self.envs = make_vector_env(env, hp.n_envs, hp.vector_env)
-        self._eval_source: EnvLike = eval_env if eval_env is not None else env
-        self._eval_env: gym.Env | None = None
         obs_space = self.envs.single_observation_space
         act_space = self.envs.single_action_space
-        if eval_env is not None:  # checked now, not at the first evaluation hours later
-            self._eval_env = _env_factory(eval_env)()
+        if eval_env is env and isinstance(env, gym.Env):
+            eval_env = None  # the training instance itself: evaluate on a copy, as below
+        # Evaluation runs on an env of its own, made now: a bad eval_env is refused at once, not
+        # at the first evaluation hours later. A user's instance is theirs to close.
+        self._eval_env: gym.Env | None = None
+        self._owns_eval_env = not isinstance(eval_env, gym.Env)
+        self._eval_error: ConfigError | None = None
+        try:
+            if eval_env is not None:
+                self._eval_env = _env_factory(eval_env, "eval_env")()
+            elif isinstance(env, gym.Env):
+                self._eval_env = _env_factory(_separate_env(env))()
+            else:
+                self._eval_env = _env_factory(env)()
+        except ConfigError as err:
+            if eval_env is not None or hp.eval_interval:
+                self.envs.close()
+                raise
+            self._eval_error = err  # raised by evaluate(), if it is ever called
+        if self._eval_env is not None:
             ev_obs, ev_act = self._eval_env.observation_space, self._eval_env.action_space
             if ev_obs.shape != obs_space.shape or ev_act != act_space:
-                self.envs.close()
-                self._eval_env.close()
+                self.close()
                 raise ConfigError(
                     f"eval_env must have the training env's spaces: observations {obs_space} "
                     f"and actions {act_space}, got {ev_obs} and {ev_act}"
@@ -244,7 +305,6 @@ class DQNTrainer:
         shift = self._reward_shift if self._counterfactual_envs is not None else None
         self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs, shift)
         self.health = HealthMonitor(hp)
-        self.run_dir = Path(run_dir) if run_dir is not None else None
         self.logger = logger
         self.progress = progress
         # Loop state (all checkpointed).
@@ -496,8 +556,8 @@ class DQNTrainer:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"n_episodes must be a positive integer, got: {n_episodes!r}")
         if self._eval_env is None:
-            src = self._eval_source
-            self._eval_env = _env_factory(src)() if not isinstance(src, gym.Env) else src
+            assert self._eval_error is not None
+            raise self._eval_error
         env = self._eval_env
         seeds = [self.hp.seed + 1_000_003 + k for k in range(n)]
         with self.agent.evaluation():
@@ -518,6 +578,21 @@ class DQNTrainer:
                 f"total_env_steps must be a positive integer, got: {total_env_steps!r}"
             )
         hp = self.hp
+        if total_env_steps <= self.env_steps:
+            log.warning(
+                "learn(%d): the total counts from the start of training and %d env steps are "
+                "done, so there is nothing to train (for n more steps: learn(trainer.env_steps "
+                "+ n))",
+                total_env_steps,
+                self.env_steps,
+            )
+        elif hp.learning_starts >= total_env_steps and self.agent.optimizer_steps == 0:
+            log.warning(
+                "learning_starts %d >= total env steps %d: no optimizer step will run and the "
+                "model stays untrained (raise the total or lower learning_starts)",
+                hp.learning_starts,
+                total_env_steps,
+            )
         self.total_env_steps = total_env_steps
         progress = self._make_progress(total_env_steps)
         t_start = time.perf_counter()
@@ -680,6 +755,18 @@ class DQNTrainer:
 
         return ProgressDisplay(total)
 
+    def save(self, directory: str | Path) -> Path:
+        """Write the greedy policy (``model.safetensors`` + ``model.json``, and
+        ``best_model.safetensors`` when evaluations kept one) into ``directory``, for
+        :func:`foxhunt.load_model`. Weights only: exact resume needs ``foxhunt train``'s
+        checkpoints."""
+        from foxhunt.runs import save_model
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        save_model(out, self.agent, best_state=self.best_state)
+        return out
+
     # --- checkpoints (wired by foxhunt.checkpoint)
     def save_checkpoint(self) -> Path | None:
         """Save a checkpoint when a checkpointer is attached (the CLI attaches one per run)."""
@@ -690,7 +777,7 @@ class DQNTrainer:
     def close(self) -> None:
         """Close environments and sinks."""
         self.envs.close()
-        if self._eval_env is not None and self._eval_env is not self._eval_source:
+        if self._eval_env is not None and self._owns_eval_env:
             self._eval_env.close()
 
 

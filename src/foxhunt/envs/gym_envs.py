@@ -33,8 +33,38 @@ class OneHotObservation(gym.ObservationWrapper):
         return out
 
 
-def make_gym_env(env_id: str) -> gym.Env:
-    """``gym.make(env_id)``, with Discrete observations one-hot encoded; errors name the env."""
+class ActionIndex(gym.ActionWrapper):
+    """A ``Discrete(n, start=s)`` action space seen as ``Discrete(n)``: the Q-network's action
+    index ``i`` is the env's action ``s + i``. Without it, index 0 would be sent as action 0,
+    which is not even in the space when ``s > 0``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.action_space
+        if not isinstance(space, gym.spaces.Discrete):
+            raise ConfigError(f"ActionIndex needs a Discrete action space, got: {space}")
+        self._start = space.start
+        self.action_space = gym.spaces.Discrete(int(space.n))
+
+    def action(self, action: Any) -> Any:
+        return self._start + int(action)
+
+
+def prepare_env(env: gym.Env) -> gym.Env:
+    """The env as a Q-network needs it: Discrete observations one-hot encoded, Discrete actions
+    counted from 0. Applied to every env foxhunt steps (by id, instance or factory), so one
+    trains and evaluates the same way however it was passed."""
+    if isinstance(env.observation_space, gym.spaces.Discrete):
+        env = OneHotObservation(env)
+    space = env.action_space
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
+        env = ActionIndex(env)
+    return env
+
+
+def make_gym_env(env_id: str, name: str = "env") -> gym.Env:
+    """``gym.make(env_id)`` made ready by :func:`prepare_env`; errors name the argument
+    (``name``) and the id."""
     try:
         env = gym.make(env_id)
     except (gym.error.DependencyNotInstalled, ImportError) as err:
@@ -42,12 +72,11 @@ def make_gym_env(env_id: str) -> gym.Env:
         # whose implementation imports an optional package (phys2d/ needs jax).
         first = str(err).splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(
-            f"env {env_id!r} needs a package that is not installed: {first}"
+            f"{name} {env_id!r} needs a package that is not installed: {first}"
         ) from None
     except gym.error.Error as err:
         raise ConfigError(
-            f"env must be a registered Gymnasium id, got: {env_id!r} ({str(err).splitlines()[0]})"
+            f"{name} must be a registered Gymnasium id, got: {env_id!r} "
+            f"({str(err).splitlines()[0]})"
         ) from None
-    if isinstance(env.observation_space, gym.spaces.Discrete):
-        env = OneHotObservation(env)
-    return env
+    return prepare_env(env)

@@ -43,12 +43,21 @@ class ReplayBuffer:
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         kw: dict[str, Any] = dict(device=self.device)
-        self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
-        self.next_obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
-        self.actions = torch.zeros(capacity, dtype=torch.int64, **kw)
-        self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
-        self.dones = torch.zeros(capacity, dtype=torch.float32, **kw)
-        self.discounts = torch.zeros(capacity, dtype=torch.float32, **kw)
+        try:
+            self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
+            self.next_obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
+            self.actions = torch.zeros(capacity, dtype=torch.int64, **kw)
+            self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
+            self.dones = torch.zeros(capacity, dtype=torch.float32, **kw)
+            self.discounts = torch.zeros(capacity, dtype=torch.float32, **kw)
+        except (RuntimeError, MemoryError):  # torch's allocator says RuntimeError
+            row = 2 * int(np.prod(obs_shape)) * torch.empty((), dtype=obs_dtype).element_size()
+            need = capacity * (row + 8 + 3 * 4)
+            raise ConfigError(
+                f"out of memory: buffer_capacity {capacity} needs {need / 2**30:,.1f} GiB of "
+                f"replay storage on {self.device}, which cannot be allocated (lower "
+                "buffer_capacity)"
+            ) from None
         self.pos = 0
         self.size = 0
         self._np_views = (
