@@ -1,0 +1,87 @@
+"""Trading-side defects found by probing: each test pins the corrected behaviour against numbers
+worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from foxhunt import backtest as bt
+from foxhunt.envs.trading import BANKRUPTCY_REWARD, TradingEnv, TradingEnvConfig, step_growth
+from foxhunt.markets.arrays import MarketArrays
+
+
+def _market(close: list[float], regimes: list[int] | None = None) -> MarketArrays:
+    """Daily bars, no features; detected regime per bar from ``regimes`` (default: one)."""
+    n = len(close)
+    labels = np.zeros(n, dtype=np.int64) if regimes is None else np.asarray(regimes)
+    k = int(labels.max()) + 1
+    return MarketArrays(
+        timestamps=np.datetime64("2021-01-04", "ns") + np.arange(n) * np.timedelta64(1, "D"),
+        close=np.asarray(close, dtype=np.float64),
+        features=np.zeros((n, 0), np.float32),
+        regime_probs=np.eye(k, dtype=np.float32)[labels],
+        feature_names=(),
+        regime_names=tuple(f"r{i}" for i in range(k)),
+    )
+
+
+# --- 1. a cost above equity times a wiped-out position is still a wipe-out ----------------------
+# cost_rate 0.5 (5000 bps); moving 0 -> 5 costs 2.5 x equity (keep = 1 - 2.5 = -1.5); the bar
+# falls 30% so the 5x position makes 1 + 5 x (-0.3) = -0.5. The product (+0.75) looked like a
+# 25% loss; either factor <= 0 means nothing is left.
+COSTLY = TradingEnvConfig(window=1, cost_bps=5000.0, slippage_bps=0.0, positions=(0.0, 5.0))
+CLOSE = [100.0, 100.0, 70.0, 70.0, 70.0, 70.0]
+
+
+def test_step_growth_is_zero_when_either_factor_is_not_positive():
+    cost, growth = step_growth(0.0, 5.0, -0.3, 0.5)
+    assert cost == 2.5 and growth == 0.0
+    cost, growth = step_growth(0.0, np.array([5.0, 1.0, 0.0]), -0.3, 0.5)
+    np.testing.assert_allclose(cost, [2.5, 0.5, 0.0])
+    np.testing.assert_allclose(growth, [0.0, 0.5 * 0.7, 1.0])  # only the 5x move is wiped out
+    assert step_growth(0.0, 1.0, 0.1, 0.01)[1] == pytest.approx(0.99 * 1.1)
+
+
+def test_cost_above_equity_with_a_losing_bar_is_bankrupt_everywhere():
+    market = _market(CLOSE)
+    env = TradingEnv(market, COSTLY, eval_mode=True)
+    env.reset()
+    _, reward, terminated, _, info = env.step(np.int64(0))  # flat over bar 0 -> 1
+    assert reward == 0.0 and not info["bankrupt"]
+    _, reward, terminated, _, info = env.step(np.int64(1))  # 0 -> 5 into the 30% fall
+    assert info["bankrupt"] and terminated and reward == BANKRUPTCY_REWARD
+    assert info["equity"] == 0.0 and info["cost"] == 2.5 and info["portfolio_return"] == -1.0
+
+    res = bt.simulate_positions(market, [0, 5, 5, 5, 5, 5], COSTLY, "x", periods_per_year=252)
+    assert res.bankrupt and res.metrics["total_return"] == -1.0
+    np.testing.assert_array_equal(res.equity, [1.0, 0.0, 0.0, 0.0, 0.0])
+    assert res.net_log_returns[1] == BANKRUPTCY_REWARD
+
+    # The alternative "go 5x" at the same bar, seen from a flat step: bankrupt too.
+    env.reset()
+    obs1, _, term, _, info = env.step(np.int64(0))
+    obs2, _, term, _, info = env.step(np.int64(0))  # flat over bar 1 -> 2 (the fall)
+    actions, rewards, _, done = env.counterfactual_transitions(obs1, 0, obs2, term, info)
+    assert actions.tolist() == [1] and rewards.tolist() == [BANKRUPTCY_REWARD]
+    assert done.tolist() == [True]
+
+
+# --- 6. the forced flat after a wipe-out is not a trade ----------------------------------------
+# 5x long from bar 0; bar 2 -> 3 falls 102 -> 75 (1 + 5 x (75/102 - 1) < 0): wiped out in period
+# 2. Eight periods, one entry of |5|: turnover 5 / 8. The later zero position is bookkeeping.
+WIPE = [100.0, 101.0, 102.0, 75.0, 76.0, 77.0, 78.0, 79.0, 80.0]
+LEVERED = TradingEnvConfig(window=1, cost_bps=0.0, slippage_bps=0.0, positions=(0.0, 5.0))
+
+
+def test_turnover_after_a_wipe_out_counts_only_real_trades():
+    regimes = [0, 0, 0, 0, 0, 1, 1, 1, 1]  # periods end at bars 1..8: labels 0,0,0,0,1,1,1,1
+    market = _market(WIPE, regimes)
+    sim = bt.simulate_positions(market, np.full(9, 5.0), LEVERED, "sim", periods_per_year=252)
+    agent = bt.run_policy(market, lambda obs: 1, LEVERED, "agent", periods_per_year=252)
+    for res in (sim, agent):
+        assert res.bankrupt
+        np.testing.assert_array_equal(res.positions, [5, 5, 5, 0, 0, 0, 0, 0])
+        assert res.metrics["turnover"] == pytest.approx(5 / 8)
+        assert res.per_regime["r0"]["turnover"] == pytest.approx(5 / 4)  # the entry only
+        assert res.per_regime["r1"]["turnover"] == 0.0
