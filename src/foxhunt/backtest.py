@@ -287,9 +287,13 @@ def _build_result(
     # ...) or the detector's states, never one under the other's names.
     names = market.true_regime_names if source == "true" else market.regime_names
     changes = np.abs(np.diff(positions, prepend=config.initial_value))
-    metrics = _metrics(log_returns, positions, changes, periods_per_year)
     # The period that wiped the account out carries the env's -10 bankruptcy reward.
     wiped = np.flatnonzero(log_returns == BANKRUPTCY_REWARD)[:1] if bankrupt else np.array([])
+    if wiped.size:
+        # The flat periods after a wipe-out are not a trade (there is nothing left to sell): the
+        # drop to 0 there is bookkeeping and must not count as turnover.
+        changes[int(wiped[0]) + 1 :] = 0.0
+    metrics = _metrics(log_returns, positions, changes, periods_per_year)
     if bankrupt:
         _wiped_out(metrics)
     metrics["periods_per_year"] = float(periods_per_year)
