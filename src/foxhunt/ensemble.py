@@ -504,10 +504,13 @@ def evaluate_ensemble(
         fallback_action = min(range(len(config.positions)), key=lambda i: abs(config.positions[i]))
     rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
     split = split or "test"
-    summary = backtest_run(run_dir, spec, rec, data=data, split=split)
-    span = build_trading(spec, data_override=data).span(split)
+    # One market for the ensemble, its baselines and its members: the detector is fitted once,
+    # and every result is annualised with the same bars per year.
+    setup = build_trading(spec, data_override=data)
+    summary = backtest_run(run_dir, spec, rec, data=data, split=split, setup=setup)
+    span, ppy = setup.span(split), summary["periods_per_year"]
     members = {
-        name: bt.run_policy(span, model_policy(agent), config, name).metrics
+        name: bt.run_policy(span, model_policy(agent), config, name, periods_per_year=ppy).metrics
         for name, agent in zip(ensemble.names, ensemble.agents, strict=True)
     }
     summary["ensemble"] = {**settings, "fallback_action": fallback_action, **rec.stats()}

@@ -20,7 +20,15 @@ import numpy as np
 from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
-from foxhunt.runs import RunSpec, load_model, load_spec, make_envs, model_policy, save_model
+from foxhunt.runs import (
+    RunSpec,
+    TradingSetup,
+    load_model,
+    load_spec,
+    make_envs,
+    model_policy,
+    save_model,
+)
 from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
 
 log = logging.getLogger("foxhunt.session")
@@ -419,13 +427,24 @@ def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
 
 
 def backtest_run(
-    run_dir: Path, spec: RunSpec, act: Any, *, data: str | None, split: str
+    run_dir: Path,
+    spec: RunSpec,
+    act: Any,
+    *,
+    data: str | None,
+    split: str,
+    setup: TradingSetup | None = None,
 ) -> dict[str, Any]:
-    """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle."""
+    """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle.
+
+    ``setup`` is the run's market when the caller already built it (an ensemble backtests its
+    members on the same one), so the detector is not fitted twice.
+    """
     from foxhunt import backtest as bt
     from foxhunt.runs import build_trading
 
-    setup = build_trading(spec, data_override=data)
+    if setup is None:
+        setup = build_trading(spec, data_override=data)
     span = setup.span(split)
     config = setup.config
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
