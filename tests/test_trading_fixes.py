@@ -85,3 +85,77 @@ def test_turnover_after_a_wipe_out_counts_only_real_trades():
         assert res.metrics["turnover"] == pytest.approx(5 / 8)
         assert res.per_regime["r0"]["turnover"] == pytest.approx(5 / 4)  # the entry only
         assert res.per_regime["r1"]["turnover"] == 0.0
+
+
+# --- 3. spans too short to use are refused at training time, naming the fraction ----------------
+def _bars_csv(path, n: int):
+    import pandas as pd
+
+    close = 100 * np.exp(np.cumsum(np.random.default_rng(0).normal(0, 0.01, n)))
+    bars = pd.DataFrame(
+        {"open": close, "high": close * 1.01, "low": close * 0.99, "close": close},
+        index=pd.date_range("2020-01-01", periods=n, freq="D", name="date"),
+    )
+    bars.to_csv(path)
+    return path
+
+
+def test_split_sizes_round_away_float_error():
+    import pandas as pd
+
+    from foxhunt.markets.data import split_chronological
+    from foxhunt.runs import split_bounds
+
+    assert 100 * 0.29 < 29  # the float product a plain floor turned into 28
+    assert split_bounds(100, 0.29, 0.15) == (29, 44)
+    assert split_bounds(1500, 0.7, 0.2987) == (1050, 1498)  # 448.05 validation bars -> 448
+    frame = pd.DataFrame(
+        {"close": np.arange(1.0, 101.0)}, index=pd.date_range("2020-01-01", periods=100)
+    )
+    parts = split_chronological(frame, train=0.29, validation=0.15)
+    assert (len(parts.train), len(parts.validation), len(parts.test)) == (29, 15, 56)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        # 200 bars: train 140, validation floor(200 x 0.29) = 58, test 2.
+        (
+            {"market.validation_fraction": 0.29},
+            r"market.train_fraction=0.7 \+ market.validation_fraction=0.29 leave 2 test bars "
+            r"of 200 .*\(train 140, validation 58, test 2\)",
+        ),
+        # train floor(200 x 0.1) = 20 bars; window 8 needs 10, the 20-bar feature warm-up 21.
+        (
+            {"market.train_fraction": 0.1},
+            r"market.train_fraction=0.1 leaves 20 training bars of 200 .* at least 21",
+        ),
+        (
+            {"market.validation_fraction": 0.01},  # floor(2.0) = 2 validation bars
+            r"market.validation_fraction=0.01 leaves 2 validation bars of 200",
+        ),
+    ],
+)
+def test_too_short_spans_are_refused_naming_the_fraction(tmp_path, overrides, message):
+    from foxhunt.errors import ConfigError
+    from foxhunt.runs import build_spec, build_trading
+
+    path = _bars_csv(tmp_path / "bars.csv", 200)
+    spec = build_spec(data=str(path), overrides={"trading.window": 8, **overrides})
+    with pytest.raises(ConfigError, match=message) as err:
+        build_trading(spec)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_three_bar_test_span_is_the_smallest_accepted(tmp_path):
+    from foxhunt.runs import build_spec, build_trading
+
+    path = _bars_csv(tmp_path / "bars.csv", 200)
+    # validation floor(200 x 0.285) = 57 -> test 200 - 197 = 3 bars, + 7 warm-up bars = 10.
+    spec = build_spec(
+        data=str(path), overrides={"trading.window": 8, "market.validation_fraction": 0.285}
+    )
+    setup = build_trading(spec)
+    assert setup.bounds("test") == (197, 200) and len(setup.span("test")) == 10
+    env = setup.eval_env("test")
+    assert env.max_steps == 2  # decisions at the test span's first two bars

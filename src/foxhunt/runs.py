@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -285,7 +286,8 @@ class TradingSetup:
     val_end: int
     config: TradingEnvConfig
 
-    def span(self, split: str) -> Any:
+    def bounds(self, split: str) -> tuple[int, int]:
+        """(first bar, end) of ``split``'s own bars, without the warm-up :meth:`span` borrows."""
         n = len(self.market)
         bounds = {
             "train": (0, self.train_end),
@@ -295,7 +297,10 @@ class TradingSetup:
         }
         if split not in bounds:
             raise ConfigError(f"split must be one of train, validation, test, all, got: {split!r}")
-        start, stop = bounds[split]
+        return bounds[split]
+
+    def span(self, split: str) -> Any:
+        start, stop = self.bounds(split)
         # Evaluation spans start `window - 1` bars early so the first decision has a full window
         # of (causal) features; those warm-up bars are only observed, never traded.
         if split != "train":
@@ -329,19 +334,8 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
             f"trading.window={config.window} needs at least {min_rows} bars (3 x (window + 2)), "
             f"got {n} in {source or 'the synthetic market'}"
         )
-    train_end = int(n * m.train_fraction)
-    val_end = min(n, train_end + int(n * m.validation_fraction))
-    if train_end < config.window + 2 or n - val_end < 2:
-        raise ConfigError(
-            f"market has {n} bars: too few for train_fraction={m.train_fraction} and "
-            f"window={config.window}"
-        )
-    if val_end - train_end < 3:
-        raise ConfigError(
-            f"market.validation_fraction={m.validation_fraction} leaves {val_end - train_end} "
-            f"validation bars of {n}; the agent is evaluated there during training and needs "
-            "at least 3"
-        )
+    train_end, val_end = split_bounds(n, m.train_fraction, m.validation_fraction)
+    check_split_sizes(n, train_end, val_end, m, config.window, source)
     try:
         market = prepare_market(
             df,
@@ -358,6 +352,52 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
     if m.features is not None:
         market = select_features(market, m.features)
     return TradingSetup(market=market, train_end=train_end, val_end=val_end, config=config)
+
+
+def split_bounds(n: int, train_fraction: float, validation_fraction: float) -> tuple[int, int]:
+    """(train end, validation end) of ``n`` bars: ``floor(n * fraction)`` per span.
+
+    The product is rounded to 9 decimals first: ``100 * 0.29`` is 28.999999999999996 in floats
+    and a plain floor would drop a bar the user asked for.
+    """
+    train_end = math.floor(round(n * train_fraction, 9))
+    val_end = min(n, train_end + math.floor(round(n * validation_fraction, 9)))
+    return train_end, val_end
+
+
+def check_split_sizes(
+    n: int, train_end: int, val_end: int, market: MarketSpec, window: int, source: str | None
+) -> None:
+    """Refuse, at training time and naming the fraction responsible, a span too short to use.
+
+    Training needs ``window + 2`` bars for one step and more than the feature warm-up; the
+    validation and test spans borrow ``window - 1`` warm-up bars from before them, so each needs
+    3 bars of its own for two decisions. Found later, a short test span would only fail
+    ``foxhunt evaluate`` with an error about the window.
+    """
+    from foxhunt.markets.features import feature_warmup
+
+    where = source or "the synthetic market"
+    sizes = f"(train {train_end}, validation {val_end - train_end}, test {n - val_end})"
+    need_train = max(window + 2, feature_warmup() + 1)
+    if train_end < need_train:
+        raise ConfigError(
+            f"market.train_fraction={market.train_fraction} leaves {train_end} training bars of "
+            f"{n} in {where} {sizes}; training needs at least {need_train} (trading.window="
+            f"{window} + 2, and more than the {feature_warmup()}-bar feature warm-up)"
+        )
+    if val_end - train_end < 3:
+        raise ConfigError(
+            f"market.validation_fraction={market.validation_fraction} leaves "
+            f"{val_end - train_end} validation bars of {n} in {where} {sizes}; the agent is "
+            "evaluated there during training and needs at least 3"
+        )
+    if n - val_end < 3:
+        raise ConfigError(
+            f"market.train_fraction={market.train_fraction} + market.validation_fraction="
+            f"{market.validation_fraction} leave {n - val_end} test bars of {n} in {where} "
+            f"{sizes}; `foxhunt evaluate` backtests there and needs at least 3"
+        )
 
 
 def select_features(market: Any, names: tuple[str, ...]) -> Any:

@@ -446,6 +446,8 @@ def backtest_run(
     if setup is None:
         setup = build_trading(spec, data_override=data)
     span = setup.span(split)
+    # "bars" counts the split's own bars, not the window's warm-up bars borrowed before it.
+    own_start, own_stop = setup.bounds(split)
     config = setup.config
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
@@ -471,7 +473,7 @@ def backtest_run(
     summary = {
         "split": split,
         "data": data or spec.market.data or "synthetic",
-        "bars": len(span),
+        "bars": own_stop - own_start,
         "periods_per_year": ppy,
         "metrics": {r.name: r.metrics for r in results},
         "oracle_capture": capture,
