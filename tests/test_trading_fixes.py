@@ -159,3 +159,54 @@ def test_a_three_bar_test_span_is_the_smallest_accepted(tmp_path):
     assert setup.bounds("test") == (197, 200) and len(setup.span("test")) == 10
     env = setup.eval_env("test")
     assert env.max_steps == 2  # decisions at the test span's first two bars
+
+
+# --- 8. the chunked forward-backward equals the textbook one ------------------------------------
+def _reference_e_step(x, means, variances, trans, start):
+    """Rabiner's scaled forward-backward, one restart and one bar at a time, with scipy's pdf."""
+    from scipy.stats import norm
+
+    n, (r, k) = x.shape[0], start.shape
+    lls, gammas, xis = [], [], []
+    for i in range(r):
+        b = np.prod(norm.pdf(x[:, None, :], means[i], np.sqrt(variances[i])), axis=2)  # [N, K]
+        alpha, c = np.empty((n, k)), np.empty(n)
+        a = start[i] * b[0]
+        c[0] = a.sum()
+        alpha[0] = a / c[0]
+        for t in range(1, n):
+            a = (alpha[t - 1] @ trans[i]) * b[t]
+            c[t] = a.sum()
+            alpha[t] = a / c[t]
+        beta = np.ones((n, k))
+        for t in range(n - 2, -1, -1):
+            beta[t] = trans[i] @ (b[t + 1] * beta[t + 1]) / c[t + 1]
+        gamma = alpha * beta
+        xi = sum(
+            np.outer(alpha[t], b[t + 1] * beta[t + 1] / c[t + 1]) * trans[i] for t in range(n - 1)
+        )
+        lls.append(np.log(c).sum())
+        gammas.append(gamma / gamma.sum(axis=1, keepdims=True))
+        xis.append(xi)
+    return np.array(lls), np.stack(gammas, axis=1), np.stack(xis)
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 50])  # chunks of 1, 1, 4 and 7 bars, ragged tails
+def test_hmm_e_step_matches_the_sequential_forward_backward(n):
+    from foxhunt.markets.regimes import GaussianHMMDetector
+
+    rng = np.random.default_rng(n)
+    r, k = 3, 4
+    x = rng.normal(size=(n, 2))
+    means = rng.normal(size=(r, k, 2))
+    variances = rng.uniform(0.3, 2.0, size=(r, k, 2))
+    trans = rng.uniform(0.1, 1.0, size=(r, k, k))
+    trans /= trans.sum(axis=2, keepdims=True)
+    start = rng.dirichlet(np.ones(k), size=r)
+    det = GaussianHMMDetector(k, n_restarts=r)
+    ll, gamma, xi = det._e_step(x, means, variances, trans, start)
+    ref_ll, ref_gamma, ref_xi = _reference_e_step(x, means, variances, trans, start)
+    np.testing.assert_allclose(ll, ref_ll, rtol=1e-10)
+    np.testing.assert_allclose(gamma, ref_gamma, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(xi, ref_xi, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(xi.sum(axis=(1, 2)), n - 1)  # one transition per bar pair
