@@ -210,3 +210,134 @@ def test_hmm_e_step_matches_the_sequential_forward_backward(n):
     np.testing.assert_allclose(gamma, ref_gamma, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(xi, ref_xi, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(xi.sum(axis=(1, 2)), n - 1)  # one transition per bar pair
+
+
+# --- 2. a run notices when the file behind market.data has changed ------------------------------
+TINY_RUN = {
+    "hidden_sizes": [8],
+    "batch_size": 16,
+    "learning_starts": 64,
+    "buffer_capacity": 1000,
+    "train_freq": 4,
+    "eval_interval": 0,
+    "log_interval": 100,
+    "checkpoint_interval": 150,
+    "device": "cpu",
+    "seed": 5,
+    "market.detector": "volatility_trend",
+    "trading.window": 4,
+}
+
+
+@pytest.fixture(scope="module")
+def trained_on_600(tmp_path_factory):
+    """A tiny run trained on the first 600 of 700 synthetic bars (file ``prices.csv``)."""
+    from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+    from foxhunt.runs import build_spec
+    from foxhunt.session import run_training
+
+    root = tmp_path_factory.mktemp("data-record")
+    full = write_synthetic_csv(root / "full.csv", SyntheticMarketConfig(n_bars=700), seed=3)
+    lines = full.read_text().splitlines(keepends=True)
+    (root / "first600.csv").write_text("".join(lines[:601]))  # header + 600 bars
+    data = root / "prices.csv"
+    data.write_text("".join(lines[:601]))
+    spec = build_spec(data=str(data), overrides=TINY_RUN, total_steps=300)
+    run_training(spec, root / "run", progress=False)
+    return root
+
+
+def _copy(root, tmp_path, csv: str):
+    """The trained run, with prices.csv replaced by ``csv`` (a list of lines or a file name)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(root / "run", run)
+    data = root / "prices.csv"
+    source = root / csv if isinstance(csv, str) else None
+    data.write_text(source.read_text() if source else "".join(csv))
+    return run
+
+
+def test_the_run_records_its_data(trained_on_600):
+    import json
+
+    from foxhunt.markets.data import load_ohlcv
+    from foxhunt.runs import data_identity
+
+    record = json.loads((trained_on_600 / "run" / "data.json").read_text())
+    lines = (trained_on_600 / "first600.csv").read_text().splitlines()
+    assert record["rows"] == 600 and (record["train_end"], record["val_end"]) == (420, 510)
+    assert record["first"].startswith(lines[1].split(",")[0][:10])
+    assert record["last"].startswith(lines[600].split(",")[0][:10])
+    # The hash is of the loaded values: the same bars hash the same, one price changed does not.
+    frame = load_ohlcv(trained_on_600 / "first600.csv")
+    assert data_identity(frame)["sha256"] == record["sha256"]
+    moved = frame.copy()
+    moved.iloc[300, moved.columns.get_loc("close")] *= 1.0000001
+    assert data_identity(moved)["sha256"] != record["sha256"]
+
+
+def test_evaluate_keeps_the_trained_spans_when_the_file_grew(trained_on_600, tmp_path, caplog):
+    from foxhunt.runs import build_spec, build_trading, load_spec, read_data_record
+    from foxhunt.session import evaluate_run
+
+    run = _copy(trained_on_600, tmp_path, "full.csv")  # the same 600 bars + 100 new ones
+    with caplog.at_level("WARNING"):
+        out = evaluate_run(run)
+    assert "100 bars were appended" in caplog.text and "test span runs from bar 510" in caplog.text
+    assert out["bars"] == 700 - 510  # the held-out test bars plus the new ones
+    # The 600 trained bars get exactly the features and regimes they had in training: the
+    # normaliser and detector are still fitted on bars 0..419, not on 70% of the longer file.
+    spec = load_spec(run)
+    now = build_trading(spec, recorded=read_data_record(run))
+    then = build_trading(
+        build_spec(data=str(trained_on_600 / "first600.csv"), overrides=TINY_RUN, total_steps=300)
+    )
+    assert (now.train_end, now.val_end) == (420, 510)
+    np.testing.assert_array_equal(now.market.regime_probs[:600], then.market.regime_probs)
+    np.testing.assert_array_equal(now.market.features[:600], then.market.features)
+
+
+def test_resume_refuses_any_change_and_evaluate_a_misaligned_one(trained_on_600, tmp_path):
+    from foxhunt.errors import DataError
+    from foxhunt.session import evaluate_run, resume_training
+
+    lines = (trained_on_600 / "full.csv").read_text().splitlines(keepends=True)
+    run = _copy(trained_on_600, tmp_path, lines[:551])  # the last 50 bars gone
+    with pytest.raises(DataError, match=r"600 rows at training, 550 now; last bar .*lines up"):
+        evaluate_run(run)
+    with pytest.raises(DataError, match=r"prices.csv has changed .*600 rows at training, 550"):
+        resume_training(run, total_steps=450, progress=False)
+    _copy(trained_on_600, tmp_path / "b", "full.csv")  # grown: fine to evaluate, not to resume
+    with pytest.raises(DataError, match=r"100 bars were appended .*start a new run"):
+        resume_training(tmp_path / "b" / "run", total_steps=450, progress=False)
+
+
+def test_revised_prices_on_the_same_bars_warn_on_evaluate(trained_on_600, tmp_path, caplog):
+    from foxhunt.errors import DataError
+    from foxhunt.session import evaluate_run, resume_training
+
+    lines = (trained_on_600 / "first600.csv").read_text().splitlines(keepends=True)
+    fields = lines[300].rstrip("\n").split(",")
+    fields[5] = str(float(fields[5]) + 1.0)  # one bar's volume revised
+    lines[300] = ",".join(fields) + "\n"
+    run = _copy(trained_on_600, tmp_path, lines)
+    with caplog.at_level("WARNING"):
+        out = evaluate_run(run)
+    assert "prices differ" in caplog.text and out["bars"] == 600 - 510
+    with pytest.raises(DataError, match="the prices differ"):
+        resume_training(run, total_steps=450, progress=False)
+
+
+def test_runs_without_a_data_record_still_evaluate_and_resume(trained_on_600, tmp_path):
+    from foxhunt.errors import FoxhuntError
+    from foxhunt.session import evaluate_run, resume_training
+
+    run = _copy(trained_on_600, tmp_path, "first600.csv")
+    (run / "data.json").write_text('{"rows": "600"}')
+    with pytest.raises(FoxhuntError, match=r"data.json: rows must be an integer, got: '600'"):
+        evaluate_run(run)
+    (run / "data.json").unlink()  # a run from before the record
+    assert evaluate_run(run)["bars"] == 90
+    assert resume_training(run, total_steps=450, progress=False)["env_steps"] == 450

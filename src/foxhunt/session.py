@@ -27,7 +27,9 @@ from foxhunt.runs import (
     load_spec,
     make_envs,
     model_policy,
+    read_data_record,
     save_model,
+    write_data_record,
 )
 from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
 
@@ -119,16 +121,24 @@ def _check_same_environment(run_dir: Path, spec: RunSpec, state: dict[str, Any])
             )
 
 
-def _build_trainer(spec: RunSpec, run_dir: Path, *, progress: bool) -> DQNTrainer:
+def _build_trainer(
+    spec: RunSpec, run_dir: Path, *, progress: bool, resuming: bool = False
+) -> tuple[DQNTrainer, TradingSetup | None]:
+    """The trainer and the trading market it trains on (None for a Gymnasium env).
+
+    ``resuming``: the run's data must be the very data its record (``data.json``) describes.
+    """
     # rich draws from Python's global RNG when first imported (rich.style's link ids). Import it
     # before the trainer seeds (or a resume restores) that RNG, so the progress display, which
     # imports rich lazily, cannot make a resumed run's RNG state differ from the straight run's.
     import rich.style  # noqa: F401
 
-    train_env, eval_env, _ = make_envs(spec)
-    return DQNTrainer(
+    recorded = read_data_record(run_dir) if resuming and spec.is_trading else None
+    train_env, eval_env, setup = make_envs(spec, recorded=recorded)
+    trainer = DQNTrainer(
         spec.hyperparameters, train_env, eval_env=eval_env, run_dir=run_dir, progress=progress
     )
+    return trainer, setup
 
 
 def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -223,7 +233,7 @@ def run_training(
 
     info = distributed.current()
     hp = spec.hyperparameters
-    trainer = _build_trainer(spec, run_dir, progress=progress and info.is_main)
+    trainer, setup = _build_trainer(spec, run_dir, progress=progress and info.is_main)
     if hp.learning_starts >= spec.total_env_steps:
         log.warning(
             "learning_starts %d >= total env steps %d: no optimizer step will run and the saved "
@@ -242,14 +252,21 @@ def run_training(
         assert_not_in_use(run_dir)
         before_write()
     with run_lock(run_dir):
-        return _fresh_run(trainer, spec, run_dir, progress)
+        return _fresh_run(trainer, spec, run_dir, progress, setup)
 
 
-def _fresh_run(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
+def _fresh_run(
+    trainer: DQNTrainer,
+    spec: RunSpec,
+    run_dir: Path,
+    progress: bool,
+    setup: TradingSetup | None = None,
+) -> dict[str, Any]:
     from foxhunt.logging import MetricLogger
 
     hp = spec.hyperparameters
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
+    write_data_record(run_dir, setup)  # what evaluate and resume check the data against
     trainer.logger = MetricLogger(run_dir)
     trainer._checkpointer = TrainerCheckpointer(run_dir, spec)
     log.info(
@@ -308,7 +325,7 @@ def _resume(
             ranks,
             ranks,
         )
-    trainer = _build_trainer(spec, run_dir, progress=progress)
+    trainer, _ = _build_trainer(spec, run_dir, progress=progress, resuming=True)
     try:
         restore_state(trainer, tensors, state)
         total = total_steps or trainer.total_env_steps or spec.total_env_steps
@@ -444,7 +461,7 @@ def backtest_run(
     from foxhunt.runs import build_trading
 
     if setup is None:
-        setup = build_trading(spec, data_override=data)
+        setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
     span = setup.span(split)
     # "bars" counts the split's own bars, not the window's warm-up bars borrowed before it.
     own_start, own_stop = setup.bounds(split)
