@@ -341,3 +341,33 @@ def test_runs_without_a_data_record_still_evaluate_and_resume(trained_on_600, tm
     (run / "data.json").unlink()  # a run from before the record
     assert evaluate_run(run)["bars"] == 90
     assert resume_training(run, total_steps=450, progress=False)["env_steps"] == 450
+
+
+# --- 7. a long stale stretch does not collapse the volatility/trend thresholds ------------------
+def test_volatility_trend_thresholds_come_from_the_bars_that_move():
+    import pandas as pd
+
+    from foxhunt.errors import DataError
+    from foxhunt.markets.regimes import VolatilityTrendDetector
+
+    rng = np.random.default_rng(0)
+    close = 100 * np.exp(np.cumsum(rng.normal(0.0003, 0.01, 1050)))
+    close[200:601] = close[200]  # 400 stale bars (38% of the span)
+    frame = pd.DataFrame({"close": close}, index=pd.date_range("2015-01-01", periods=1050))
+    det = VolatilityTrendDetector(4).fit(frame)
+    # By hand with pandas: 20-bar sample std of log returns, 60-bar mean log return; the
+    # quantiles are taken over bars whose volatility window moved.
+    log_close = pd.Series(np.log(close))
+    vol = log_close.diff().rolling(20).std().to_numpy()
+    trend = (log_close.diff(60) / 60).to_numpy()
+    moving = np.isfinite(vol) & np.isfinite(trend) & (vol > 1e-12)
+    threshold = np.quantile(vol[moving], 0.85)
+    calm = moving & (vol <= threshold)
+    assert det.vol_threshold_ == pytest.approx(threshold, rel=1e-9)
+    np.testing.assert_allclose(det.trend_thresholds_, np.quantile(trend[calm], [1 / 3, 2 / 3]))
+    assert det.trend_thresholds_[0] < 0 < det.trend_thresholds_[1] and threshold > 0.005
+    assert det.labels(frame)[500] == 2  # a stale bar: no volatility, no trend -> sideways
+
+    constant = frame.assign(close=50.0)
+    with pytest.raises(DataError, match=r"barely move \(0 of 990 bars"):
+        VolatilityTrendDetector(4).fit(constant)

@@ -137,19 +137,29 @@ class VolatilityTrendDetector:
                 f"<DataFrame>: training span of {len(train_df)} bars leaves {int(ok.sum())} bars "
                 f"after the {max(self.vol_window, self.trend_window)}-bar warm-up; need >= 10"
             )
+        # Thresholds are quantiles of the bars whose volatility window saw a price move: a long
+        # stale stretch (a halt, an illiquid spell) would otherwise pile zeros into the
+        # quantiles until they collapse to 0 .. 0 although most of the span moves. Stale bars
+        # are still labelled afterwards (as sideways: no volatility, no trend).
+        moving = ok & (vol > 0.0)
+        if moving.sum() < 10:
+            raise DataError(
+                f"<DataFrame>: the training span's prices barely move ({int(moving.sum())} of "
+                f"{int(ok.sum())} bars after the warm-up saw a price move in their "
+                f"{self.vol_window}-bar window; need >= 10): the volatility/trend detector "
+                "cannot tell regimes apart"
+            )
         if self._n == 4:
-            self.vol_threshold_ = float(np.quantile(vol[ok], self.vol_quantile))
-            calm = ok & (vol <= self.vol_threshold_)
+            self.vol_threshold_ = float(np.quantile(vol[moving], self.vol_quantile))
+            calm = moving & (vol <= self.vol_threshold_)
         else:
             self.vol_threshold_ = math.inf
-            calm = ok
+            calm = moving
         lo, hi = np.quantile(trend[calm], self.trend_quantiles)
-        if (self._n == 4 and self.vol_threshold_ <= 0.0) or lo >= hi:
-            # Flat stretches (no price moves) make the thresholds collapse: every bar with any
-            # move would be "high volatility", the rest one regime. Refuse, like the HMM does.
+        if lo >= hi:
             raise DataError(
-                f"<DataFrame>: the training span's prices barely move (volatility threshold "
-                f"{self.vol_threshold_:.3g}, trend thresholds {lo:.3g} .. {hi:.3g}): the "
+                f"<DataFrame>: the training span's prices barely move (trend thresholds "
+                f"{lo:.3g} .. {hi:.3g} over its {int(calm.sum())} calm moving bars): the "
                 "volatility/trend detector cannot tell regimes apart"
             )
         self.trend_thresholds_ = (float(lo), float(hi))
