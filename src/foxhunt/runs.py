@@ -2,8 +2,9 @@
 
 The CLI is a thin shell over these functions, so everything it does is also a library call. A run
 directory holds ``config.yaml`` (this spec, resolved), ``metrics.csv``, ``tensorboard/``,
-``checkpoints/``, ``model.safetensors`` + ``model.json`` (the final greedy policy), ``summary.json``
-and, after ``evaluate``, ``backtest/``.
+``checkpoints/``, ``model.safetensors`` + ``model.json`` (the final greedy policy),
+``summary.json``, for trading runs ``data.json`` (the identity of the market trained on, see
+:data:`DATA_FILE`) and, after ``evaluate``, ``backtest/``.
 """
 
 from __future__ import annotations
