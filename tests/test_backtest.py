@@ -334,9 +334,52 @@ def test_periods_per_year_is_read_from_the_timestamps():
     assert infer_periods_per_year(daily) == pytest.approx(365.25, rel=1e-3)
     business = pd.bdate_range("2020-01-01", "2023-12-31").to_numpy()
     assert infer_periods_per_year(business) == pytest.approx(261, rel=0.01)
+    # One exchange session of minute bars: 391 bars a day on 5 days a week (this test used to
+    # expect 24/7 trading, 525 960 a year, which is what bars / calendar span wrongly said).
     minutes = pd.date_range("2024-03-04 09:30", periods=391, freq="min").to_numpy()
-    assert infer_periods_per_year(minutes) == pytest.approx(365.25 * 24 * 60, rel=1e-3)
+    assert infer_periods_per_year(minutes) == pytest.approx(391 * 365.25 * 5 / 7, rel=1e-9)
+    around_the_clock = pd.date_range("2024-03-04", periods=3 * 1440, freq="min").to_numpy()
+    assert infer_periods_per_year(around_the_clock) == pytest.approx(365.25 * 24 * 60)
     assert infer_periods_per_year(np.arange(10)) == 252.0  # no timestamps: the default
+
+
+def _sessions(days, freq: str) -> np.ndarray:
+    """Bars from 09:30 to 15:59 on each of ``days``."""
+    import pandas as pd
+
+    return np.concatenate(
+        [
+            pd.date_range(d + pd.Timedelta("09:30:00"), d + pd.Timedelta("15:59:00"), freq=freq)
+            for d in days
+        ]
+    ).astype("datetime64[ns]")
+
+
+def test_periods_per_year_is_robust_to_short_files_and_gaps():
+    import pandas as pd
+
+    from foxhunt.backtest import infer_periods_per_year
+
+    days = pd.bdate_range("2021-01-04", "2022-12-30")
+    exchange_minutes = 390 * 365.25 * 5 / 7  # 101 748: 390 bars a session, 5 sessions a week
+    # One week, one day or two years of one-minute equity bars: the same rate (bars / span
+    # said 166 709 for the week, 525 960 for the day).
+    for span in (days[:5], days[:1], days):
+        assert infer_periods_per_year(_sessions(span, "min")) == pytest.approx(exchange_minutes)
+    # One week of daily equity bars: exchange days (bars / span said 365.25).
+    assert infer_periods_per_year(days[:5].to_numpy()) == pytest.approx(365.25 * 5 / 7)
+    # 24/7 daily bars with a three-month outage: still 365.25 (bars / span said 334).
+    d = pd.date_range("2020-01-01", "2022-12-31", freq="D")
+    d = d[(d < "2021-03-01") | (d > "2021-06-01")]
+    assert infer_periods_per_year(d.to_numpy()) == pytest.approx(365.25)
+    # A stray Saturday bar in two years of exchange days does not make the week 6 days long.
+    stray = np.sort(np.append(days.to_numpy(), np.datetime64("2021-06-05", "ns")))
+    assert infer_periods_per_year(stray) == pytest.approx(365.25 * 5 / 7)
+    # Hourly bars of a 7-bar session, and monthly bars (intervals / span: 119 in 9.9 years).
+    assert infer_periods_per_year(_sessions(days, "h")) == pytest.approx(7 * 365.25 * 5 / 7)
+    months = pd.date_range("2000-01-31", periods=120, freq="ME").to_numpy()
+    span_years = (months[-1] - months[0]) / np.timedelta64(1, "D") / 365.25
+    assert infer_periods_per_year(months) == pytest.approx(119 / span_years)
 
 
 def test_metric_functions_refuse_a_meaningless_year_and_survive_huge_growth():

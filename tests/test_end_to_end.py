@@ -100,6 +100,10 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     # The detector's accuracy on this span, against the synthetic market's true regimes.
     setup = build_trading(spec)
     test = setup.span("test")
+    # "bars" is the test split's own bars (not the 7 warm-up bars the window borrows); the
+    # backtest trades one period fewer (the last bar has no next close).
+    assert out["bars"] == len(setup.market) - setup.val_end == len(test) - 7
+    assert out["metrics"]["agent"]["bars"] == out["bars"] - 1
     expected = regime_accuracy(test.regime_probs.argmax(axis=1), test.true_regimes)
     assert out["regime_accuracy"] == pytest.approx(expected) and expected > 0.5
     assert metrics["regime_accuracy"] == pytest.approx(expected)

@@ -310,9 +310,20 @@ def test_from_run_dirs_round_trip(trading_ensemble):
     assert (std > 0).all()  # different seeds give different members
 
 
-def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble):
+def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble, monkeypatch):
+    import foxhunt.runs
+
     run = trading_ensemble
+    built = []
+    real_build = foxhunt.runs.build_trading
+    monkeypatch.setattr(
+        foxhunt.runs, "build_trading", lambda *a, **k: built.append(1) or real_build(*a, **k)
+    )
     out = evaluate_ensemble(run, split="test", risk_aversion=0.5)
+    assert len(built) == 1  # the market (and its detector) is built once, not per consumer
+    # Members are annualised like the ensemble and the baselines: one bars-per-year figure.
+    assert {m["periods_per_year"] for m in out["members"].values()} == {out["periods_per_year"]}
+    assert out["metrics"]["buy & hold"]["periods_per_year"] == out["periods_per_year"]
     for name in ("report.html", "report.md", "metrics.json", "equity.png", "ensemble.json"):
         assert (run / "backtest" / name).is_file(), name
     saved = json.loads((run / "backtest" / "ensemble.json").read_text())

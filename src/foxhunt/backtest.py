@@ -167,16 +167,60 @@ def exposure(positions: Any) -> float:
     return float((_positions(positions) != 0.0).mean())
 
 
+_DAY_NS = 86_400 * 10**9
+_YEAR_DAYS = 365.25
+
+
+def _active_weekdays(days: np.ndarray, intraday_hours: float) -> int:
+    """How many days of the week the market trades, from the dates that hold bars.
+
+    With two weeks or more of dates, a weekday counts when it holds at least half as many
+    dates as the busiest one (a stray Saturday bar or an outage does not change the answer).
+    Shorter data cannot show its week: a bar on a weekend, or intraday sessions round the clock
+    (``intraday_hours`` of 20 or more a day), say 7 days; otherwise the 5-day week of exchanges
+    is assumed.
+    """
+    weekday = (days + 3) % 7  # 1970-01-01 (day 0) was a Thursday; Monday = 0
+    if days[-1] - days[0] >= 14:
+        counts = np.bincount((np.unique(days) + 3) % 7, minlength=7)
+        return int((counts >= 0.5 * counts.max()).sum())
+    return 7 if (weekday >= 5).any() or intraday_hours >= 20.0 else 5
+
+
 def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
-    """Bars per year as the data has them (intervals / span in years): 252 for exchange days,
-    365 for 24/7 daily bars, ~98 000 for one-minute equity bars. Annualising every file with
-    252 would scale an intraday Sharpe ratio by the wrong square root."""
+    """Bars per year as the data has them: 365.25 for 24/7 daily bars, ~261 for exchange days,
+    ~102 000 for one-minute bars of a 6.5-hour exchange session. Annualising every file with
+    252 would scale an intraday Sharpe ratio by the wrong square root.
+
+    Read from the bar spacing and the trading week rather than from bars / calendar span, which
+    a short file (one week of minute bars reads as 24/7 trading squeezed into 5 days) or an
+    outage (three missing months read as a slower market) throws off:
+
+    * intraday bars (median spacing under 20 h): the median number of bars per dated day times
+      the days traded per year (the active weekdays' share of 365.25);
+    * daily bars (spacing 20 h to 4 days): the days traded per year;
+    * longer bars: intervals / span in years (weekly, monthly bars have no week to read).
+
+    Exchange holidays are not known, so exchange data reads ~3.5% above the 252 convention.
+    """
     ts = np.asarray(timestamps)
     if ts.size < 3 or not np.issubdtype(ts.dtype, np.datetime64):
         return default
     ns = ts.astype("datetime64[ns]").astype(np.int64)
-    years = (ns[-1] - ns[0]) / (365.25 * 86_400e9)
-    return float((ts.size - 1) / years) if years > 0 else default
+    gaps = np.diff(ns)
+    gaps = gaps[gaps > 0]
+    if gaps.size == 0:
+        return default
+    bar = float(np.median(gaps))
+    days = ns // _DAY_NS
+    if bar < 20 * 3_600e9:
+        per_day = float(np.median(np.unique(days, return_counts=True)[1]))
+        weekdays = _active_weekdays(days, per_day * bar / 3_600e9)
+        return per_day * _YEAR_DAYS * weekdays / 7
+    if bar < 4 * _DAY_NS:
+        return _YEAR_DAYS * _active_weekdays(days, 0.0) / 7
+    years = (ns[-1] - ns[0]) / (_YEAR_DAYS * _DAY_NS)
+    return float((ts.size - 1) / years)
 
 
 def compute_metrics(
@@ -287,9 +331,13 @@ def _build_result(
     # ...) or the detector's states, never one under the other's names.
     names = market.true_regime_names if source == "true" else market.regime_names
     changes = np.abs(np.diff(positions, prepend=config.initial_value))
-    metrics = _metrics(log_returns, positions, changes, periods_per_year)
     # The period that wiped the account out carries the env's -10 bankruptcy reward.
     wiped = np.flatnonzero(log_returns == BANKRUPTCY_REWARD)[:1] if bankrupt else np.array([])
+    if wiped.size:
+        # The flat periods after a wipe-out are not a trade (there is nothing left to sell): the
+        # drop to 0 there is bookkeeping and must not count as turnover.
+        changes[int(wiped[0]) + 1 :] = 0.0
+    metrics = _metrics(log_returns, positions, changes, periods_per_year)
     if bankrupt:
         _wiped_out(metrics)
     metrics["periods_per_year"] = float(periods_per_year)

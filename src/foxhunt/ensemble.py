@@ -32,7 +32,7 @@ import torch
 from foxhunt._io import atomic_write_text, read_json_object
 from foxhunt.errors import ConfigError, FoxhuntError
 from foxhunt.learner import DQNAgent
-from foxhunt.runs import RunSpec, load_model, load_spec
+from foxhunt.runs import DATA_FILE, RunSpec, load_model, load_spec
 
 ENSEMBLE_FILE = "ensemble.json"
 ENSEMBLE_FORMAT = "foxhunt-ensemble"
@@ -340,6 +340,9 @@ def _finish_ensemble(
     if not distributed.current().is_main:
         return paths  # data-parallel worker: rank 0 writes the directory
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
+    record = paths[0] / DATA_FILE  # every member trained on the same market
+    if record.is_file():
+        atomic_write_text(run_dir / DATA_FILE, record.read_text(encoding="utf-8"))
     manifest = {
         "format": ENSEMBLE_FORMAT,
         "format_version": ENSEMBLE_FORMAT_VERSION,
@@ -496,7 +499,7 @@ def evaluate_ensemble(
         return out
 
     from foxhunt import backtest as bt
-    from foxhunt.runs import build_trading, model_policy
+    from foxhunt.runs import build_trading, model_policy, read_data_record
 
     config = spec.trading_config()
     if fallback_action is None:
@@ -504,10 +507,13 @@ def evaluate_ensemble(
         fallback_action = min(range(len(config.positions)), key=lambda i: abs(config.positions[i]))
     rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
     split = split or "test"
-    summary = backtest_run(run_dir, spec, rec, data=data, split=split)
-    span = build_trading(spec, data_override=data).span(split)
+    # One market for the ensemble, its baselines and its members: the detector is fitted once,
+    # and every result is annualised with the same bars per year.
+    setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
+    summary = backtest_run(run_dir, spec, rec, data=data, split=split, setup=setup)
+    span, ppy = setup.span(split), summary["periods_per_year"]
     members = {
-        name: bt.run_policy(span, model_policy(agent), config, name).metrics
+        name: bt.run_policy(span, model_policy(agent), config, name, periods_per_year=ppy).metrics
         for name, agent in zip(ensemble.names, ensemble.agents, strict=True)
     }
     summary["ensemble"] = {**settings, "fallback_action": fallback_action, **rec.stats()}

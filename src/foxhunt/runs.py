@@ -2,8 +2,9 @@
 
 The CLI is a thin shell over these functions, so everything it does is also a library call. A run
 directory holds ``config.yaml`` (this spec, resolved), ``metrics.csv``, ``tensorboard/``,
-``checkpoints/``, ``model.safetensors`` + ``model.json`` (the final greedy policy), ``summary.json``
-and, after ``evaluate``, ``backtest/``.
+``checkpoints/``, ``model.safetensors`` + ``model.json`` (the final greedy policy),
+``summary.json``, for trading runs ``data.json`` (the identity of the market trained on, see
+:data:`DATA_FILE`) and, after ``evaluate``, ``backtest/``.
 """
 
 from __future__ import annotations
@@ -297,8 +298,10 @@ class TradingSetup:
     train_end: int
     val_end: int
     config: TradingEnvConfig
+    data_record: dict[str, Any] | None = None  # what DATA_FILE records about this market
 
-    def span(self, split: str) -> Any:
+    def bounds(self, split: str) -> tuple[int, int]:
+        """(first bar, end) of ``split``'s own bars, without the warm-up :meth:`span` borrows."""
         n = len(self.market)
         bounds = {
             "train": (0, self.train_end),
@@ -308,7 +311,10 @@ class TradingSetup:
         }
         if split not in bounds:
             raise ConfigError(f"split must be one of train, validation, test, all, got: {split!r}")
-        start, stop = bounds[split]
+        return bounds[split]
+
+    def span(self, split: str) -> Any:
+        start, stop = self.bounds(split)
         # Evaluation spans start `window - 1` bars early so the first decision has a full window
         # of (causal) features; those warm-up bars are only observed, never traded.
         if split != "train":
@@ -326,8 +332,20 @@ class TradingSetup:
         return TradingEnv(self.span(split), self.config, eval_mode=True)
 
 
-def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSetup:
-    """Load (or synthesise) the market, fit features and regimes on the training span only."""
+def build_trading(
+    spec: RunSpec,
+    data_override: str | None = None,
+    *,
+    recorded: dict[str, Any] | None = None,
+    purpose: Literal["evaluate", "resume"] = "evaluate",
+) -> TradingSetup:
+    """Load (or synthesise) the market, fit features and regimes on the training span only.
+
+    ``recorded`` is the run's :data:`DATA_FILE` record (None: a new run, or one from before the
+    record existed): the run's own data is then checked against what it trained on, see
+    :func:`check_data_record`. Data passed as ``data_override`` is new data by choice and is
+    split by the fractions like any file.
+    """
     from foxhunt.markets.data import load_ohlcv
     from foxhunt.markets.pipeline import default_market, prepare_market
 
@@ -342,19 +360,15 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
             f"trading.window={config.window} needs at least {min_rows} bars (3 x (window + 2)), "
             f"got {n} in {source or 'the synthetic market'}"
         )
-    train_end = int(n * m.train_fraction)
-    val_end = min(n, train_end + int(n * m.validation_fraction))
-    if train_end < config.window + 2 or n - val_end < 2:
-        raise ConfigError(
-            f"market has {n} bars: too few for train_fraction={m.train_fraction} and "
-            f"window={config.window}"
-        )
-    if val_end - train_end < 3:
-        raise ConfigError(
-            f"market.validation_fraction={m.validation_fraction} leaves {val_end - train_end} "
-            f"validation bars of {n}; the agent is evaluated there during training and needs "
-            "at least 3"
-        )
+    train_end, val_end = split_bounds(n, m.train_fraction, m.validation_fraction)
+    bounds = None
+    if recorded is not None and data_override is None:
+        bounds = check_data_record(recorded, df, _data_label(spec), purpose)
+    if bounds is not None:  # the file grew: the spans stay where the run trained
+        train_end, val_end = bounds
+    else:
+        check_split_sizes(n, train_end, val_end, m, config.window, source)
+    record = {**data_identity(df), "train_end": train_end, "val_end": val_end}
     try:
         market = prepare_market(
             df,
@@ -370,7 +384,182 @@ def build_trading(spec: RunSpec, data_override: str | None = None) -> TradingSet
         ) from None
     if m.features is not None:
         market = select_features(market, m.features)
-    return TradingSetup(market=market, train_end=train_end, val_end=val_end, config=config)
+    return TradingSetup(
+        market=market, train_end=train_end, val_end=val_end, config=config, data_record=record
+    )
+
+
+DATA_FILE = "data.json"
+"""The identity of the market a run trained on (rows, first/last bar, a hash of the values), so
+that evaluate and resume notice when the file behind ``market.data`` has changed since."""
+
+_RECORD_KEYS = {"rows": int, "first": str, "last": str, "sha256": str, "train_end": int,
+                "val_end": int}  # fmt: skip
+
+
+def _data_label(spec: RunSpec) -> str:
+    m = spec.market
+    return m.data if m.data is not None else f"the synthetic market (seed {m.synthetic_seed})"
+
+
+def _hash_rows(df: Any, rows: int) -> str:
+    """sha256 of the first ``rows`` bars as loaded: timestamps (int ns) and every column as
+    float64, column by column. Hashing the loaded values, not the file's bytes, leaves the record
+    indifferent to the file's format (CSV, Parquet) and spelling (quoting, number format)."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(df.index[:rows].asi8, dtype="<i8").tobytes())
+    for name in df.columns:
+        h.update(str(name).encode() + b"\0")
+        values = df[name].to_numpy(dtype=np.float64)[:rows]
+        h.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def data_identity(df: Any) -> dict[str, Any]:
+    """Rows, first and last timestamp and the values' hash of a loaded OHLCV frame."""
+    return {
+        "rows": len(df),
+        "first": str(df.index[0]),
+        "last": str(df.index[-1]),
+        "sha256": _hash_rows(df, len(df)),
+    }
+
+
+def write_data_record(run_dir: Path, setup: TradingSetup | None) -> None:
+    """Write :data:`DATA_FILE` for a trading run (atomically; nothing for Gymnasium runs)."""
+    if setup is not None and setup.data_record is not None:
+        text = json.dumps({"format": "foxhunt-data", **setup.data_record}, indent=2)
+        atomic_write_text(run_dir / DATA_FILE, text + "\n")
+
+
+def read_data_record(run_dir: Path) -> dict[str, Any] | None:
+    """The run's :data:`DATA_FILE`, or None for a run from before it was written."""
+    path = run_dir / DATA_FILE
+    if not path.exists():
+        return None
+    record = read_json_object(path, "data record")
+    for key, kind in _RECORD_KEYS.items():
+        value = record.get(key)
+        if type(value) is not kind:
+            raise FoxhuntError(
+                f"{path}: {key} must be {'an integer' if kind is int else 'a string'}, got: "
+                f"{value!r:.60}"
+            )
+    if not 0 < record["train_end"] <= record["val_end"] < record["rows"]:
+        raise FoxhuntError(
+            f"{path}: train_end {record['train_end']} / val_end {record['val_end']} do not "
+            f"split {record['rows']} rows"
+        )
+    return record
+
+
+def check_data_record(
+    recorded: dict[str, Any], df: Any, where: str, purpose: Literal["evaluate", "resume"]
+) -> tuple[int, int] | None:
+    """Compare the run's data now with what it trained on.
+
+    Same data: None. Resume refuses any change (an exact continuation needs the same market).
+    Evaluate accepts a file that grew by new bars after the old ones, and then returns the
+    trained (train end, validation end) so the test span still starts where it did and runs on
+    into the new bars; it accepts revised values on the same bars with a warning; any other
+    change (bars removed, replaced or shifted) is refused, because the test span would no longer
+    be the bars the run held out from training.
+    """
+    now = data_identity(df)
+    if now["sha256"] == recorded["sha256"] and now["rows"] == recorded["rows"]:
+        return None
+    rows, old_rows = now["rows"], recorded["rows"]
+    changes = []
+    if rows != old_rows:
+        changes.append(f"{old_rows} rows at training, {rows} now")
+    for key in ("first", "last"):
+        if now[key] != recorded[key]:
+            changes.append(f"{key} bar {recorded[key]} at training, {now[key]} now")
+    grown = rows > old_rows and _hash_rows(df, old_rows) == recorded["sha256"]
+    if grown:
+        what = f"{rows - old_rows} bars were appended (the first {old_rows} are unchanged)"
+    else:
+        what = "; ".join(changes) if changes else "the prices differ"
+    if purpose == "resume":
+        raise DataError(
+            f"{where} has changed since the run trained ({what}): resuming continues exactly "
+            "only on the same data; restore the file, or start a new run"
+        )
+    if grown:
+        log.warning(
+            "%s: %s since the run trained; train and validation spans stay as trained (bars "
+            "0..%d and %d..%d) and the test span runs from bar %d to the new last bar",
+            where,
+            what,
+            recorded["train_end"] - 1,
+            recorded["train_end"],
+            recorded["val_end"] - 1,
+            recorded["val_end"],
+        )
+        return recorded["train_end"], recorded["val_end"]
+    if not changes:  # the same bars and dates, revised values: the spans still line up
+        log.warning(
+            "%s: the prices differ from those the run trained on (same %d bars, same first and "
+            "last bar); the backtest uses the file as it is now",
+            where,
+            rows,
+        )
+        return None
+    raise DataError(
+        f"{where} has changed since the run trained ({what}): its test span no longer lines up "
+        "with the bars the run held out; restore the file, or pass it with --data to evaluate "
+        "it as new data"
+    )
+
+
+def split_bounds(n: int, train_fraction: float, validation_fraction: float) -> tuple[int, int]:
+    """(train end, validation end) of ``n`` bars: ``floor(n * fraction)`` per span.
+
+    The product is rounded to 9 decimals first: ``100 * 0.29`` is 28.999999999999996 in floats
+    and a plain floor would drop a bar the user asked for.
+    """
+    train_end = math.floor(round(n * train_fraction, 9))
+    val_end = min(n, train_end + math.floor(round(n * validation_fraction, 9)))
+    return train_end, val_end
+
+
+def check_split_sizes(
+    n: int, train_end: int, val_end: int, market: MarketSpec, window: int, source: str | None
+) -> None:
+    """Refuse, at training time and naming the fraction responsible, a span too short to use.
+
+    Training needs ``window + 2`` bars for one step and more than the feature warm-up; the
+    validation and test spans borrow ``window - 1`` warm-up bars from before them, so each needs
+    3 bars of its own for two decisions. Found later, a short test span would only fail
+    ``foxhunt evaluate`` with an error about the window.
+    """
+    from foxhunt.markets.features import feature_warmup
+
+    where = source or "the synthetic market"
+    sizes = f"(train {train_end}, validation {val_end - train_end}, test {n - val_end})"
+    need_train = max(window + 2, feature_warmup() + 1)
+    if train_end < need_train:
+        raise ConfigError(
+            f"market.train_fraction={market.train_fraction} leaves {train_end} training bars of "
+            f"{n} in {where} {sizes}; training needs at least {need_train} (trading.window="
+            f"{window} + 2, and more than the {feature_warmup()}-bar feature warm-up)"
+        )
+    if val_end - train_end < 3:
+        raise ConfigError(
+            f"market.validation_fraction={market.validation_fraction} leaves "
+            f"{val_end - train_end} validation bars of {n} in {where} {sizes}; the agent is "
+            "evaluated there during training and needs at least 3"
+        )
+    if n - val_end < 3:
+        raise ConfigError(
+            f"market.train_fraction={market.train_fraction} + market.validation_fraction="
+            f"{market.validation_fraction} leave {n - val_end} test bars of {n} in {where} "
+            f"{sizes}; `foxhunt evaluate` backtests there and needs at least 3"
+        )
 
 
 def select_features(market: Any, names: tuple[str, ...]) -> Any:
@@ -390,10 +579,15 @@ def select_features(market: Any, names: tuple[str, ...]) -> Any:
     return dataclasses.replace(market, features=market.features[:, idx], feature_names=tuple(names))
 
 
-def make_envs(spec: RunSpec) -> tuple[Any, Any, TradingSetup | None]:
-    """(training env or factory, evaluation env or factory, trading setup or None)."""
+def make_envs(
+    spec: RunSpec, *, recorded: dict[str, Any] | None = None
+) -> tuple[Any, Any, TradingSetup | None]:
+    """(training env or factory, evaluation env or factory, trading setup or None).
+
+    ``recorded``: a resumed run's data record, which its data must still match exactly.
+    """
     if spec.is_trading:
-        setup = build_trading(spec)
+        setup = build_trading(spec, recorded=recorded, purpose="resume")
         return setup.train_env, setup.eval_env("validation"), setup
     env_id = spec.env
     assert env_id is not None

@@ -20,7 +20,17 @@ import numpy as np
 from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
-from foxhunt.runs import RunSpec, load_model, load_spec, make_envs, model_policy, save_model
+from foxhunt.runs import (
+    RunSpec,
+    TradingSetup,
+    load_model,
+    load_spec,
+    make_envs,
+    model_policy,
+    read_data_record,
+    save_model,
+    write_data_record,
+)
 from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
 
 log = logging.getLogger("foxhunt.session")
@@ -111,14 +121,22 @@ def _check_same_environment(run_dir: Path, spec: RunSpec, state: dict[str, Any])
             )
 
 
-def _build_trainer(spec: RunSpec, *, progress: bool) -> DQNTrainer:
+def _build_trainer(
+    spec: RunSpec, run_dir: Path, *, progress: bool, resuming: bool = False
+) -> tuple[DQNTrainer, TradingSetup | None]:
+    """The trainer and the trading market it trains on (None for a Gymnasium env).
+
+    ``resuming``: the run's data must be the very data its record (``data.json``) describes.
+    """
     # rich draws from Python's global RNG when first imported (rich.style's link ids). Import it
     # before the trainer seeds (or a resume restores) that RNG, so the progress display, which
     # imports rich lazily, cannot make a resumed run's RNG state differ from the straight run's.
     import rich.style  # noqa: F401
 
-    train_env, eval_env, _ = make_envs(spec)
-    return DQNTrainer(spec.hyperparameters, train_env, eval_env=eval_env, progress=progress)
+    recorded = read_data_record(run_dir) if resuming and spec.is_trading else None
+    train_env, eval_env, setup = make_envs(spec, recorded=recorded)
+    trainer = DQNTrainer(spec.hyperparameters, train_env, eval_env=eval_env, progress=progress)
+    return trainer, setup
 
 
 def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -213,7 +231,7 @@ def run_training(
 
     info = distributed.current()
     hp = spec.hyperparameters
-    trainer = _build_trainer(spec, progress=progress and info.is_main)
+    trainer, setup = _build_trainer(spec, run_dir, progress=progress and info.is_main)
     for names, why in ignored_settings(hp):
         log.warning("%s ignored: %s", ", ".join(f"{k}={getattr(hp, k)}" for k in names), why)
     if not info.is_main:  # data-parallel worker: trains in lockstep, writes nothing
@@ -225,14 +243,21 @@ def run_training(
         assert_not_in_use(run_dir)
         before_write()
     with run_lock(run_dir):
-        return _fresh_run(trainer, spec, run_dir, progress)
+        return _fresh_run(trainer, spec, run_dir, progress, setup)
 
 
-def _fresh_run(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, progress: bool) -> dict[str, Any]:
+def _fresh_run(
+    trainer: DQNTrainer,
+    spec: RunSpec,
+    run_dir: Path,
+    progress: bool,
+    setup: TradingSetup | None = None,
+) -> dict[str, Any]:
     from foxhunt.logging import MetricLogger
 
     hp = spec.hyperparameters
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
+    write_data_record(run_dir, setup)  # what evaluate and resume check the data against
     trainer.logger = MetricLogger(run_dir)
     trainer._checkpointer = TrainerCheckpointer(run_dir, spec)
     log.info(
@@ -291,7 +316,7 @@ def _resume(
             ranks,
             ranks,
         )
-    trainer = _build_trainer(spec, progress=progress)
+    trainer, _ = _build_trainer(spec, run_dir, progress=progress, resuming=True)
     try:
         restore_state(trainer, tensors, state)
         total = total_steps or trainer.total_env_steps or spec.total_env_steps
@@ -410,14 +435,27 @@ def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
 
 
 def backtest_run(
-    run_dir: Path, spec: RunSpec, act: Any, *, data: str | None, split: str
+    run_dir: Path,
+    spec: RunSpec,
+    act: Any,
+    *,
+    data: str | None,
+    split: str,
+    setup: TradingSetup | None = None,
 ) -> dict[str, Any]:
-    """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle."""
+    """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle.
+
+    ``setup`` is the run's market when the caller already built it (an ensemble backtests its
+    members on the same one), so the detector is not fitted twice.
+    """
     from foxhunt import backtest as bt
     from foxhunt.runs import build_trading
 
-    setup = build_trading(spec, data_override=data)
+    if setup is None:
+        setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
     span = setup.span(split)
+    # "bars" counts the split's own bars, not the window's warm-up bars borrowed before it.
+    own_start, own_stop = setup.bounds(split)
     config = setup.config
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
@@ -443,7 +481,7 @@ def backtest_run(
     summary = {
         "split": split,
         "data": data or spec.market.data or "synthetic",
-        "bars": len(span),
+        "bars": own_stop - own_start,
         "periods_per_year": ppy,
         "metrics": {r.name: r.metrics for r in results},
         "oracle_capture": capture,

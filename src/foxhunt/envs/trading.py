@@ -127,10 +127,17 @@ def step_growth(old: Any, new: Any, market_return: Any, cost_rate: float) -> tup
     """(cost, gross equity growth) of moving ``old -> new`` and holding over one bar.
 
     Works on floats or numpy arrays alike so the env and the vectorised backtest share one
-    formula. ``growth <= 0`` means the account is wiped out (see :data:`BANKRUPTCY_REWARD`).
+    formula. ``growth <= 0`` means the account is wiped out (see :data:`BANKRUPTCY_REWARD`): that
+    happens when the cost takes all equity *or* the bar's move does, and the growth is then
+    exactly 0. The product of the two factors alone would not say so: a cost above equity
+    (factor < 0) times a move that also wipes the position out (factor < 0) is positive.
     """
     cost = abs(new - old) * cost_rate
-    return cost, (1.0 - cost) * (1.0 + new * market_return)
+    keep = 1.0 - cost  # equity left after paying the cost
+    gross = 1.0 + new * market_return  # growth of what is left over the bar
+    if np.ndim(keep) == 0 and np.ndim(gross) == 0:
+        return cost, (keep * gross if keep > 0.0 and gross > 0.0 else 0.0)
+    return cost, np.where((keep > 0.0) & (gross > 0.0), keep * gross, 0.0)
 
 
 def validate_market(market: MarketArrays, window: int) -> None:

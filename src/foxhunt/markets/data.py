@@ -1075,8 +1075,9 @@ def split_chronological(df: pd.DataFrame, train: float = 0.7, validation: float 
             f"= {train + validation}"
         )
     n = len(df)
-    train_end = math.floor(n * train)
-    val_end = math.floor(n * (train + validation))
+    # Rounded before the floor: 100 * 0.29 is 28.999999999999996 and must give 29 rows.
+    train_end = math.floor(round(n * train, 9))
+    val_end = math.floor(round(n * (train + validation), 9))
     if train_end < 1 or val_end >= n:
         raise DataError(
             f"<DataFrame>: too few rows ({n}) for train={train}, validation={validation}: "

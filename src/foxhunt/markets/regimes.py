@@ -137,19 +137,29 @@ class VolatilityTrendDetector:
                 f"<DataFrame>: training span of {len(train_df)} bars leaves {int(ok.sum())} bars "
                 f"after the {max(self.vol_window, self.trend_window)}-bar warm-up; need >= 10"
             )
+        # Thresholds are quantiles of the bars whose volatility window saw a price move: a long
+        # stale stretch (a halt, an illiquid spell) would otherwise pile zeros into the
+        # quantiles until they collapse to 0 .. 0 although most of the span moves. Stale bars
+        # are still labelled afterwards (as sideways: no volatility, no trend).
+        moving = ok & (vol > 0.0)
+        if moving.sum() < 10:
+            raise DataError(
+                f"<DataFrame>: the training span's prices barely move ({int(moving.sum())} of "
+                f"{int(ok.sum())} bars after the warm-up saw a price move in their "
+                f"{self.vol_window}-bar window; need >= 10): the volatility/trend detector "
+                "cannot tell regimes apart"
+            )
         if self._n == 4:
-            self.vol_threshold_ = float(np.quantile(vol[ok], self.vol_quantile))
-            calm = ok & (vol <= self.vol_threshold_)
+            self.vol_threshold_ = float(np.quantile(vol[moving], self.vol_quantile))
+            calm = moving & (vol <= self.vol_threshold_)
         else:
             self.vol_threshold_ = math.inf
-            calm = ok
+            calm = moving
         lo, hi = np.quantile(trend[calm], self.trend_quantiles)
-        if (self._n == 4 and self.vol_threshold_ <= 0.0) or lo >= hi:
-            # Flat stretches (no price moves) make the thresholds collapse: every bar with any
-            # move would be "high volatility", the rest one regime. Refuse, like the HMM does.
+        if lo >= hi:
             raise DataError(
-                f"<DataFrame>: the training span's prices barely move (volatility threshold "
-                f"{self.vol_threshold_:.3g}, trend thresholds {lo:.3g} .. {hi:.3g}): the "
+                f"<DataFrame>: the training span's prices barely move (trend thresholds "
+                f"{lo:.3g} .. {hi:.3g} over its {int(calm.sum())} calm moving bars): the "
                 "volatility/trend detector cannot tell regimes apart"
             )
         self.trend_thresholds_ = (float(lo), float(hi))
@@ -246,6 +256,56 @@ def forward_filter(
             alpha[t] = pred / pred.sum()
         prev = alpha[t]
     return alpha, loglik
+
+
+def _chained_recursion(
+    x0: np.ndarray, trans: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``x_s = (x_{s-1} @ T) * e_s / c_s`` (``c_s`` normalises each ``x_s`` to sum 1), s = 1..m.
+
+    ``x0`` [R, K], ``trans`` [R, K, K], ``e`` [m, R, K]; returns ``x`` [m + 1, R, K] (``x0``
+    first) and ``c`` [m, R]. This is the HMM forward recursion; a Python loop over bars costs
+    several NumPy calls per bar (minutes on 350k bars), so the bars are cut into about sqrt(m)
+    chunks of L bars: (1) every chunk's product of ``T diag(e_s)`` at once (L steps over all
+    chunks), (2) the chunks' starting vectors in order (one vector-matrix product per chunk),
+    (3) the recursion inside all chunks at once from those starts (L steps). Step (3) computes
+    each ``x_s`` and ``c_s`` by the sequential formula from its predecessor, so results agree
+    with the plain loop to float rounding.
+    """
+    m = e.shape[0]
+    r, k = x0.shape
+    out = np.empty((m + 1, r, k))
+    out[0] = x0
+    if m == 0:
+        return out, np.empty((0, r))
+    length = max(1, math.isqrt(m))
+    chunks = -(-m // length)
+    pad = np.ones((chunks * length - m, r, k))  # only ever the tail of the last chunk
+    ec = np.concatenate([e, pad]).reshape(chunks, length, r, k)
+    # (1) chunk products, rescaled each step so they neither underflow nor overflow
+    # (einsum / matmul with ones: NumPy's reductions over small trailing axes cost far more)
+    ones = np.ones(k)
+    prod = np.broadcast_to(np.eye(k), (chunks - 1, r, k, k)).copy()
+    for step in range(length):
+        prod = np.matmul(prod, trans) * ec[:-1, step, :, None, :]
+        prod /= np.einsum("crij->cr", prod)[:, :, None, None]
+    # (2) each chunk's starting vector (the last vector of the chunk before it)
+    starts = np.empty((chunks, r, k))
+    starts[0] = x0
+    for c in range(1, chunks):
+        v = np.matmul(starts[c - 1][:, None, :], prod[c - 1])[:, 0, :]
+        starts[c] = v / (v @ ones)[:, None]
+    # (3) the recursion inside every chunk at once
+    xs = np.empty((chunks, length, r, k))
+    cs = np.empty((chunks, length, r))
+    cur = starts
+    for step in range(length):
+        v = np.matmul(cur[:, :, None, :], trans)[:, :, 0, :] * ec[:, step]
+        cs[:, step] = v @ ones
+        cur = v / cs[:, step, :, None]
+        xs[:, step] = cur
+    out[1:] = xs.reshape(-1, r, k)[:m]
+    return out, cs.reshape(-1, r)[:m]
 
 
 def _stationary(a: np.ndarray) -> np.ndarray:
@@ -434,37 +494,32 @@ class GaussianHMMDetector:
         return means, variances, trans, start
 
     def _e_step(self, x, means, variances, trans, start, *, need_posteriors: bool = True):
-        """Scaled forward-backward for all restarts at once (Rabiner 1989, Sec. V.A)."""
-        n = x.shape[0]
+        """Scaled forward-backward for all restarts at once (Rabiner 1989, Sec. V.A).
+
+        Both recursions run through :func:`_chained_recursion` (a few thousand NumPy calls
+        instead of several per bar); the backward one carries ``y_t = b_t * beta_t``, normalised
+        per bar, because gamma and xi are normalised per bar anyway and need no scale of beta.
+        """
         log_b = self._log_emission(x, means, variances)  # [N, R, K]
         shift = log_b.max(axis=2, keepdims=True)
         b = np.exp(log_b - shift)
-        r, k = start.shape
-        alpha = np.empty((n, r, k))
-        scale = np.empty((n, r))
-        a = start * b[0]
-        scale[0] = a.sum(axis=1)
-        alpha[0] = a / scale[0][:, None]
-        for t in range(1, n):
-            a = np.matmul(alpha[t - 1][:, None, :], trans)[:, 0, :] * b[t]
-            scale[t] = a.sum(axis=1)
-            alpha[t] = a / scale[t][:, None]
-        ll = np.log(scale).sum(axis=0) + shift[:, :, 0].sum(axis=0)
+        first = start * b[0]
+        alpha, scale = _chained_recursion(first / first.sum(axis=1, keepdims=True), trans, b[1:])
+        ll = np.log(scale).sum(axis=0) + np.log(first.sum(axis=1)) + shift[:, :, 0].sum(axis=0)
         if not need_posteriors:
             return ll, None, None
-        beta = np.empty((n, r, k))
-        beta[-1] = 1.0
         trans_t = np.swapaxes(trans, 1, 2)
-        for t in range(n - 2, -1, -1):
-            beta[t] = (
-                np.matmul((b[t + 1] * beta[t + 1])[:, None, :], trans_t)[:, 0, :]
-                / scale[t + 1][:, None]
-            )
+        last = b[-1] / b[-1].sum(axis=1, keepdims=True)
+        y_rev, _ = _chained_recursion(last, trans_t, b[-2::-1])  # y_{N-1}, y_{N-2}, .., y_0
+        y = y_rev[::-1]
+        beta = np.empty_like(alpha)  # up to a per-bar scale: beta_t = A y_{t+1}, beta_{N-1} = 1
+        beta[-1] = 1.0
+        beta[:-1] = np.einsum("trj,rij->tri", y[1:], trans)
         gamma = alpha * beta
         gamma /= gamma.sum(axis=2, keepdims=True)
-        # xi_sum[r, i, j] = sum_t alpha_t(i) A_ij b_{t+1}(j) beta_{t+1}(j) / c_{t+1}
-        weighted = b[1:] * beta[1:] / scale[1:, :, None]  # [N-1, R, K]
-        xi_sum = np.einsum("tri,trj->rij", alpha[:-1], weighted) * trans
+        # xi_t(i, j) = alpha_t(i) A_ij y_{t+1}(j) / Z_t, each bar's xi summing to 1.
+        norm = np.einsum("tri,tri->tr", alpha[:-1], beta[:-1])
+        xi_sum = np.einsum("tri,trj->rij", alpha[:-1] / norm[:, :, None], y[1:]) * trans
         return ll, gamma, xi_sum
 
     def _m_step(self, x, gamma, xi_sum, old_means, old_variances, old_trans):
