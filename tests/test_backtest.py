@@ -377,6 +377,12 @@ def test_periods_per_year_is_robust_to_short_files_and_gaps():
     assert infer_periods_per_year(stray) == pytest.approx(365.25 * 5 / 7)
     # Hourly bars of a 7-bar session, and monthly bars (intervals / span: 119 in 9.9 years).
     assert infer_periods_per_year(_sessions(days, "h")) == pytest.approx(7 * 365.25 * 5 / 7)
+    # Sessions that cross midnight UTC: FX trades from Sunday 22:00 to Friday 22:00 (120 hours a
+    # week, on six dated days) and reads 120 bars a week, as bars / span did on long files.
+    hours = pd.date_range("2021-01-03 22:00", "2022-12-30 21:00", freq="h")
+    fx = hours[~((hours.day_of_week == 5) | ((hours.day_of_week == 4) & (hours.hour >= 22)))]
+    fx = fx[~((fx.day_of_week == 6) & (fx.hour < 22))]
+    assert infer_periods_per_year(fx.to_numpy()) == pytest.approx(120 * 365.25 / 7)
     months = pd.date_range("2000-01-31", periods=120, freq="ME").to_numpy()
     span_years = (months[-1] - months[0]) / np.timedelta64(1, "D") / 365.25
     assert infer_periods_per_year(months) == pytest.approx(119 / span_years)

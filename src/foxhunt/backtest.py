@@ -192,16 +192,20 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     ~102 000 for one-minute bars of a 6.5-hour exchange session. Annualising every file with
     252 would scale an intraday Sharpe ratio by the wrong square root.
 
-    Read from the bar spacing and the trading week rather than from bars / calendar span, which
-    a short file (one week of minute bars reads as 24/7 trading squeezed into 5 days) or an
-    outage (three missing months read as a slower market) throws off:
+    Read from the bars of a typical week rather than from bars / calendar span, which a short
+    file (one week of minute bars reads as 24/7 trading squeezed into 5 days) or an outage
+    (three missing months read as a slower market) throws off:
 
-    * intraday bars (median spacing under 20 h): the median number of bars per dated day times
-      the days traded per year (the active weekdays' share of 365.25);
-    * daily bars (spacing 20 h to 4 days): the days traded per year;
+    * bars spaced under 4 days: the median number of bars in the calendar weeks (Monday to
+      Sunday) that lie wholly inside the data and hold any, times 365.25 / 7. A holiday week or
+      a stray weekend bar does not move the median, and a session that crosses midnight
+      (FX from Sunday evening to Friday evening, 23-hour futures) counts what it trades;
+    * data shorter than that (fewer than two whole weeks): the median number of bars per dated
+      day times the days traded per year (:func:`_active_weekdays`);
     * longer bars: intervals / span in years (weekly, monthly bars have no week to read).
 
-    Exchange holidays are not known, so exchange data reads ~3.5% above the 252 convention.
+    Exchange holidays are inside the weeks, so exchange data reads ~3.5% above the 252
+    convention only when a file is too short to hold them.
     """
     ts = np.asarray(timestamps)
     if ts.size < 3 or not np.issubdtype(ts.dtype, np.datetime64):
@@ -212,15 +216,19 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     if gaps.size == 0:
         return default
     bar = float(np.median(gaps))
+    if bar >= 4 * _DAY_NS:
+        years = (ns[-1] - ns[0]) / (_YEAR_DAYS * _DAY_NS)
+        return float((ts.size - 1) / years)
     days = ns // _DAY_NS
+    weeks, per_week = np.unique((days + 3) // 7, return_counts=True)  # day 0 was a Thursday
+    whole = per_week[(weeks > weeks[0]) & (weeks < weeks[-1])]
+    if whole.size >= 2:
+        return float(np.median(whole)) * _YEAR_DAYS / 7
     if bar < 20 * 3_600e9:
         per_day = float(np.median(np.unique(days, return_counts=True)[1]))
         weekdays = _active_weekdays(days, per_day * bar / 3_600e9)
         return per_day * _YEAR_DAYS * weekdays / 7
-    if bar < 4 * _DAY_NS:
-        return _YEAR_DAYS * _active_weekdays(days, 0.0) / 7
-    years = (ns[-1] - ns[0]) / (_YEAR_DAYS * _DAY_NS)
-    return float((ts.size - 1) / years)
+    return _YEAR_DAYS * _active_weekdays(days, 0.0) / 7
 
 
 def compute_metrics(

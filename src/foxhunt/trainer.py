@@ -248,9 +248,12 @@ class DQNTrainer:
         act_space = self.envs.single_action_space
         if eval_env is env and isinstance(env, gym.Env):
             eval_env = None  # the training instance itself: evaluate on a copy, as below
-        # Evaluation runs on an env of its own, made now: a bad eval_env is refused at once, not
-        # at the first evaluation hours later. A user's instance is theirs to close.
+        # Evaluation runs on an env of its own. An eval_env is made now (a bad one is refused at
+        # once, not at the first evaluation hours later), and so is the copy of a training
+        # instance; an id or factory is made at the first evaluation, as the training envs are
+        # (a factory is called once per env it makes). A user's instance is theirs to close.
         self._eval_env: gym.Env | None = None
+        self._eval_maker: Callable[[], gym.Env] | None = None
         self._owns_eval_env = not isinstance(eval_env, gym.Env)
         self._eval_error: ConfigError | None = None
         try:
@@ -259,7 +262,7 @@ class DQNTrainer:
             elif isinstance(env, gym.Env):
                 self._eval_env = _env_factory(_separate_env(env))()
             else:
-                self._eval_env = _env_factory(env)()
+                self._eval_maker = _env_factory(env)
         except ConfigError as err:
             if eval_env is not None or hp.eval_interval:
                 self.envs.close()
@@ -556,8 +559,10 @@ class DQNTrainer:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"n_episodes must be a positive integer, got: {n_episodes!r}")
         if self._eval_env is None:
-            assert self._eval_error is not None
-            raise self._eval_error
+            if self._eval_maker is None:
+                assert self._eval_error is not None
+                raise self._eval_error
+            self._eval_env = self._eval_maker()
         env = self._eval_env
         seeds = [self.hp.seed + 1_000_003 + k for k in range(n)]
         with self.agent.evaluation():
