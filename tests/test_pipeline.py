@@ -104,7 +104,24 @@ def test_synthetic_csv_keeps_true_regimes(tmp_path):
     cfg = SyntheticMarketConfig(n_bars=400)
     frame = load_ohlcv(write_synthetic_csv(tmp_path / "m.csv", cfg, seed=2))
     out = prepare_market(frame, train_end=300, detector="volatility_trend")
-    np.testing.assert_array_equal(out.true_regimes, generate_market(cfg, seed=2)["regime"])
+    original = generate_market(cfg, seed=2)
+    np.testing.assert_array_equal(out.true_regimes, original["regime"])
+    # The names come back too (the CSV's regime_name column), not regime_0..regime_3; a regime
+    # these 400 bars never visit has no name in the file.
+    seen = np.unique(original["regime"])
+    assert len(seen) >= 2 and out.true_regime_names[0] == "bull"
+    for k in seen:
+        assert out.true_regime_names[k] == original.attrs["regime_names"][k]
+
+
+def test_a_regime_with_two_names_is_refused(tmp_path):
+    path = write_synthetic_csv(tmp_path / "m.csv", SyntheticMarketConfig(n_bars=300), seed=2)
+    lines = path.read_text().splitlines()
+    header, first = lines[0].split(","), lines[1].split(",")
+    first[header.index("regime_name")] = "renamed"
+    path.write_text("\n".join([lines[0], ",".join(first), *lines[2:]]) + "\n")
+    with pytest.raises(DataError, match=r"row 2 .*named 'bull' here but 'renamed' before"):
+        load_ohlcv(path)
 
 
 def test_validation_names_the_value(market):

@@ -8,6 +8,7 @@ import pytest
 
 from foxhunt import backtest as bt
 from foxhunt.envs.trading import BANKRUPTCY_REWARD, TradingEnv, TradingEnvConfig, step_growth
+from foxhunt.errors import ConfigError
 from foxhunt.markets.arrays import MarketArrays
 
 
@@ -371,3 +372,11 @@ def test_volatility_trend_thresholds_come_from_the_bars_that_move():
     constant = frame.assign(close=50.0)
     with pytest.raises(DataError, match=r"barely move \(0 of 990 bars"):
         VolatilityTrendDetector(4).fit(constant)
+
+
+def test_an_empty_split_is_refused_not_read_as_test(trained_on_600, tmp_path):
+    from foxhunt.session import evaluate_run
+
+    run = _copy(trained_on_600, tmp_path, "first600.csv")
+    with pytest.raises(ConfigError, match=r"split must be one of train, validation, test, all"):
+        evaluate_run(run, split="")

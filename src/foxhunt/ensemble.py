@@ -506,7 +506,7 @@ def evaluate_ensemble(
         # The flat position (smallest |p|): standing aside is the trader's "I don't know".
         fallback_action = min(range(len(config.positions)), key=lambda i: abs(config.positions[i]))
     rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
-    split = split or "test"
+    split = "test" if split is None else split
     # One market for the ensemble, its baselines and its members: the detector is fitted once,
     # and every result is annualised with the same bars per year.
     setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))

@@ -394,7 +394,7 @@ def evaluate_run(
         out = gym_evaluation(spec, act, episodes)
         atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
         return out
-    return backtest_run(run_dir, spec, act, data=data, split=split or "test")
+    return backtest_run(run_dir, spec, act, data=data, split="test" if split is None else split)
 
 
 def check_evaluation_options(

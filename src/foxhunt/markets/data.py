@@ -56,6 +56,7 @@ _ALIASES: dict[str, str] = {
     "vol": "volume",
     "v": "volume",
     "regime": "regime",
+    "regime name": "regime_name",
     # Nasdaq.com's historical quotes, Bloomberg's field names.
     "close/last": "close",
     "px open": "open",
@@ -1026,7 +1027,27 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     )
     if "regime" in found:
         out["regime"] = _regime_column(frame[found["regime"]], label, str(found["regime"]), where)
+        if "regime_name" in found:
+            out.attrs["regime_names"] = _regime_names(
+                out["regime"].to_numpy(), frame[found["regime_name"]], label, where
+            )
     return out
+
+
+def _regime_names(
+    ids: np.ndarray, raw: pd.Series, label: str, where: Callable[[int], str]
+) -> tuple[str, ...]:
+    """The names of regimes 0..max id, from a ``regime_name`` column beside ``regime`` (what
+    ``foxhunt data synth`` writes); an id never seen is ``regime_<id>``, as without names."""
+    names = raw.reset_index(drop=True).astype(str).str.strip().to_numpy()
+    by_id: dict[int, str] = {}
+    for pos, (k, name) in enumerate(zip(ids.tolist(), names, strict=True)):
+        if by_id.setdefault(k, name) != name:
+            raise DataError(
+                f"{label}: column {str(raw.name)!r} {where(pos)}: regime {k} is named "
+                f"{name!r} here but {by_id[k]!r} before; one name per regime"
+            )
+    return tuple(by_id.get(k, f"regime_{k}") for k in range(max(by_id, default=-1) + 1))
 
 
 def _regime_column(

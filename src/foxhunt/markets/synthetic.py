@@ -291,15 +291,18 @@ def write_synthetic_csv(
 ) -> Path:
     """Generate a market and write it atomically as CSV (gzip if the name ends in ``.csv.gz``).
 
-    Columns: ``timestamp, open, high, low, close, volume, regime``; floats are written as the
-    shortest text that round-trips, so :func:`foxhunt.markets.data.load_ohlcv` reads back the
-    identical values.
+    Columns: ``timestamp, open, high, low, close, volume, regime, regime_name``; floats are
+    written as the shortest text that round-trips, so :func:`foxhunt.markets.data.load_ohlcv`
+    reads back the identical values, and the regime names too (per-regime backtest tables say
+    "bull", not "regime_0").
     """
     target = Path(path)
     name = target.name.lower()
     if not (name.endswith(".csv") or name.endswith(".csv.gz")):
         raise ConfigError(f"synthetic output path must end in .csv or .csv.gz, got {str(path)!r}")
     frame = generate_market(config, seed=seed)
+    names = np.asarray(frame.attrs["regime_names"], dtype=object)
+    frame = frame.assign(regime_name=names[frame["regime"].to_numpy()])
     sub_second = bool((frame.index.microsecond != 0).any() or (frame.index.nanosecond != 0).any())
     date_format = "%Y-%m-%dT%H:%M:%S.%f" if sub_second else "%Y-%m-%dT%H:%M:%S"
     text = frame.to_csv(index=True, date_format=date_format)
