@@ -43,6 +43,21 @@ class HealthMonitor:
 
     def check_env_step(self, obs: np.ndarray, rewards: np.ndarray, env_steps: int) -> None:
         """Raise on non-finite observations or rewards, naming the env step and env index."""
+        if not (np.isfinite(obs).all() and np.isfinite(rewards).all()):
+            self._raise_non_finite(obs, rewards, env_steps)
+        if rewards.size:
+            peak = float(np.abs(rewards).max())
+            if peak > _FLOAT32_MAX:  # finite here, inf once stored in the float32 replay
+                env_i = int(np.argmax(np.abs(rewards)))
+                raise EnvironmentStepError(
+                    f"environment returned a reward too large for float32 at env step "
+                    f"{env_steps} (env index {env_i}): {rewards[env_i]} (scale the rewards)"
+                )
+            self.max_abs_reward = max(self.max_abs_reward, peak)
+
+    @staticmethod
+    def _raise_non_finite(obs: np.ndarray, rewards: np.ndarray, env_steps: int) -> None:
+        """Name the first env whose observation or reward is not finite (the slow path)."""
         bad_obs = ~np.isfinite(obs).reshape(obs.shape[0], -1).all(axis=1)
         bad_rew = ~np.isfinite(rewards)
         if bad_obs.any() or bad_rew.any():
@@ -53,15 +68,6 @@ class HealthMonitor:
                 f"environment returned a non-finite {which} at env step {env_steps} "
                 f"(env index {env_i}): {value}"
             )
-        if rewards.size:
-            peak = float(np.abs(rewards).max())
-            if peak > _FLOAT32_MAX:  # finite here, inf once stored in the float32 replay
-                env_i = int(np.argmax(np.abs(rewards)))
-                raise EnvironmentStepError(
-                    f"environment returned a reward too large for float32 at env step "
-                    f"{env_steps} (env index {env_i}): {rewards[env_i]} (scale the rewards)"
-                )
-            self.max_abs_reward = max(self.max_abs_reward, peak)
 
     @property
     def q_bound(self) -> float:

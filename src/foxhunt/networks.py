@@ -205,7 +205,15 @@ class QNetwork(nn.Module):
         """Raw head output: ``[B, A]`` (scalar) or ``[B, A, N]`` (C51 logits / quantiles)."""
         obs = obs.flatten(1).float() if obs.dim() > 2 else obs.float()
         torso_in = obs if self.torso_inputs is None else obs[:, : self.torso_inputs]
-        out = self.head_outputs(self.torso(torso_in))
+        h = self.torso(torso_in)
+        if self.n_regimes == 0 and self.n_out == 1:
+            # One scalar head: head_outputs' [B, 1, A, 1] view reshaped back, without the three
+            # view ops (what acting on one observation spends its time on, besides the matmuls).
+            adv = self.adv_head(h)
+            if self.value_head is None:
+                return adv
+            return self.value_head(h) + adv - adv.mean(dim=1, keepdim=True)
+        out = self.head_outputs(h)
         if self.n_regimes == 0:
             out = out[:, 0]
         else:

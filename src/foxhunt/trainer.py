@@ -526,14 +526,15 @@ class DQNTrainer:
         next_obs = np.asarray(next_obs, dtype=np.float32)
         rewards = np.asarray(rewards, dtype=np.float64)
         ended = np.logical_or(terminated, truncated)
+        any_ended = bool(ended.any())
         real_next = next_obs
-        if ended.any():
+        if any_ended:
             real_next = next_obs.copy()
             final = infos["final_obs"]
             for i in np.flatnonzero(ended):
                 real_next[i] = np.asarray(final[i], dtype=np.float32)
         self.health.check_env_step(real_next, rewards, self.env_steps + hp.n_envs)
-        if ended.any():  # the autoreset observations start the next episodes: check them too
+        if any_ended:  # the autoreset observations start the next episodes: check them too
             self.health.check_env_step(next_obs, rewards, self.env_steps + hp.n_envs)
         cf = None
         if self._counterfactual_envs is not None:
@@ -543,7 +544,7 @@ class DQNTrainer:
             self.replay.add(tr.obs, tr.actions, tr.rewards, tr.next_obs, tr.dones, tr.discounts)
         self._ep_return += rewards
         self._ep_length += 1
-        for i in np.flatnonzero(ended):
+        for i in np.flatnonzero(ended) if any_ended else ():
             self._window.returns.append(float(self._ep_return[i]))
             self._window.lengths.append(int(self._ep_length[i]))
             self._ep_return[i] = 0.0

@@ -71,13 +71,13 @@ class NStepAccumulator:
         counterfactuals: Sequence[Counterfactuals] | None = None,
     ) -> Transitions:
         """Feed one vector step (``next_obs`` must be the true final obs at episode ends)."""
-        if self.n == 1:  # fast path: nothing to accumulate
+        if self.n == 1:  # fast path: nothing to accumulate (the replay copies what it stores)
             real = Transitions(
                 obs,
-                actions.astype(np.int64),
-                rewards.astype(np.float32),
+                np.asarray(actions, np.int64),
+                np.asarray(rewards, np.float32),
                 next_obs,
-                terminated.astype(np.float32),
+                np.asarray(terminated, np.float32),
                 np.full(len(actions), self.gamma, np.float32),
             )
             if counterfactuals is None:

@@ -98,9 +98,14 @@ class ReplayBuffer:
         slots = (self.pos + np.arange(k)) % self.capacity
         values = (obs, next_obs, actions, rewards, dones, discounts)
         if self.device.type == "cpu":
-            # CPU storage: write through NumPy views of the tensors (no per-field tensor copies).
+            # CPU storage: write through NumPy views of the tensors (no per-field tensor copies),
+            # by slice unless the rows wrap around (a slice is a few times cheaper than a fancy
+            # index, and this runs on every env step).
+            where: slice | np.ndarray = slots
+            if self.pos + k <= self.capacity:
+                where = slice(self.pos, self.pos + k)
             for dst, value in zip(self._np_views, values, strict=True):
-                dst[slots] = value
+                dst[where] = value
         else:
             idx = torch.from_numpy(slots).to(self.device)
             for dst, value in zip(self._storage().values(), values, strict=True):
