@@ -368,13 +368,32 @@ def test_periods_per_year_is_robust_to_short_files_and_gaps():
         assert infer_periods_per_year(_sessions(span, "min")) == pytest.approx(exchange_minutes)
     # One week of daily equity bars: exchange days (bars / span said 365.25).
     assert infer_periods_per_year(days[:5].to_numpy()) == pytest.approx(365.25 * 5 / 7)
-    # 24/7 daily bars with a three-month outage: still 365.25 (bars / span said 334).
+    # 24/7 daily bars with a three-month outage: 365.25 within 0.3% (the two weeks the outage
+    # starts and ends in count their 4-6 bars; bars / span said 334).
     d = pd.date_range("2020-01-01", "2022-12-31", freq="D")
     d = d[(d < "2021-03-01") | (d > "2021-06-01")]
-    assert infer_periods_per_year(d.to_numpy()) == pytest.approx(365.25)
-    # A stray Saturday bar in two years of exchange days does not make the week 6 days long.
+    assert infer_periods_per_year(d.to_numpy()) == pytest.approx(365.25, rel=3e-3)
+    # Two years of NYSE days, holidays included (503 sessions in 2021-2022): ~252, as bars /
+    # span said; the median week (5 days) would say 261.
+    nyse_holidays = pd.to_datetime(
+        ["2021-01-01", "2021-01-18", "2021-02-15", "2021-04-02", "2021-05-31", "2021-07-05",
+         "2021-09-06", "2021-11-25", "2021-12-24", "2022-01-17", "2022-02-21", "2022-04-15",
+         "2022-05-30", "2022-06-20", "2022-07-04", "2022-09-05", "2022-11-24", "2022-12-26"]
+    )  # fmt: skip
+    nyse = days[~days.isin(nyse_holidays)]
+    assert len(nyse) == 503
+    assert infer_periods_per_year(nyse.to_numpy()) == pytest.approx(251.5, rel=0.01)
+    # Eight days of FX hourly bars (Sunday 22:00 to Monday 23:00 a week later): a short file
+    # whose whole Saturday without a bar says a 5-day week, 24 bars a day. (Without a whole
+    # Saturday inside, round-the-clock bars read as 24/7: crypto looks the same.)
+    week = pd.date_range("2024-03-03 22:00", "2024-03-11 23:00", freq="h")
+    week = week[~((week.day_of_week == 5) | ((week.day_of_week == 4) & (week.hour >= 22)))]
+    week = week[~((week.day_of_week == 6) & (week.hour < 22))]
+    assert infer_periods_per_year(week.to_numpy()) == pytest.approx(24 * 365.25 * 5 / 7)
+    # A stray Saturday bar in two years of exchange days does not make the week 6 days long
+    # (one week of 104 holds 6 bars: +0.2%).
     stray = np.sort(np.append(days.to_numpy(), np.datetime64("2021-06-05", "ns")))
-    assert infer_periods_per_year(stray) == pytest.approx(365.25 * 5 / 7)
+    assert infer_periods_per_year(stray) == pytest.approx(365.25 * 5 / 7, rel=3e-3)
     # Hourly bars of a 7-bar session, and monthly bars (intervals / span: 119 in 9.9 years).
     assert infer_periods_per_year(_sessions(days, "h")) == pytest.approx(7 * 365.25 * 5 / 7)
     # Sessions that cross midnight UTC: FX trades from Sunday 22:00 to Friday 22:00 (120 hours a

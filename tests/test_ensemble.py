@@ -466,3 +466,29 @@ def test_cli_evaluate_refuses_model_on_an_ensemble(trading_ensemble, capsys):
 
     assert main(["evaluate", str(trading_ensemble), "--model", "best"]) == 2
     assert "--model applies to single runs" in capsys.readouterr().err
+
+
+def test_members_trained_on_different_data_are_refused(tmp_path: Path) -> None:
+    import json
+
+    from foxhunt.ensemble import _check_same_data
+    from foxhunt.errors import DataError
+
+    record = {
+        "format": "foxhunt-data",
+        "rows": 600,
+        "first": "2020-01-01",
+        "last": "2021-08-22",
+        "sha256": "a" * 64,
+        "index_sha256": "b" * 64,
+        "train_end": 420,
+        "val_end": 510,
+    }
+    members = [tmp_path / f"member-{k}" for k in range(3)]
+    for m in members:
+        m.mkdir()
+        (m / "data.json").write_text(json.dumps(record))
+    _check_same_data(members)  # the same market: accepted
+    (members[2] / "data.json").write_text(json.dumps({**record, "sha256": "c" * 64}))
+    with pytest.raises(DataError, match="member-0 and member-2 trained on different data"):
+        _check_same_data(members)

@@ -252,3 +252,26 @@ def test_a_replay_buffer_too_large_to_allocate_names_buffer_capacity() -> None:
         ConfigError, match=r"out of memory: buffer_capacity 10000000000000 needs .* GiB"
     ):
         ReplayBuffer(10**13, (4,))
+
+
+def test_learning_starts_warning_only_when_no_update_can_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from foxhunt.trainer import DQNTrainer, final_env_steps
+
+    assert final_env_steps(0, 62, 4) == 64 and final_env_steps(10, 5, 4) == 10
+    cases = [  # (n_envs, learning_starts, total, warned)
+        (1, 16, 16, False),  # trains at step 16 itself
+        (4, 16, 14, False),  # 4 envs step past 14 to 16
+        (1, 17, 16, True),
+    ]
+    for n_envs, starts, total, warned in cases:
+        trainer = DQNTrainer(_hp(n_envs=n_envs, learning_starts=starts), lambda: _Counter())
+        try:
+            caplog.clear()
+            with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+                trainer.learn(total)
+            assert ("no optimizer step will run" in caplog.text) is warned
+            assert (trainer.agent.optimizer_steps == 0) is warned
+        finally:
+            trainer.close()

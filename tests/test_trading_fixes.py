@@ -101,14 +101,17 @@ def _bars_csv(path, n: int):
     return path
 
 
-def test_split_sizes_round_away_float_error():
+def test_run_splits_keep_their_rounding_and_split_chronological_rounds_float_error():
     import pandas as pd
 
     from foxhunt.markets.data import split_chronological
     from foxhunt.runs import split_bounds
 
-    assert 100 * 0.29 < 29  # the float product a plain floor turned into 28
-    assert split_bounds(100, 0.29, 0.15) == (29, 44)
+    # A run's spans are int(n * fraction), as they always were: runs trained before data.json
+    # recorded their split ends are resumed and evaluated by recomputing them.
+    assert 100 * 0.29 < 29
+    assert split_bounds(100, 0.29, 0.15) == (28, 43)
+    assert split_bounds(350, 0.7, 0.15) == (244, 296)  # 245 / 297 if rounded first
     assert split_bounds(1500, 0.7, 0.2987) == (1050, 1498)  # 448.05 validation bars -> 448
     frame = pd.DataFrame(
         {"close": np.arange(1.0, 101.0)}, index=pd.date_range("2020-01-01", periods=100)
@@ -120,10 +123,10 @@ def test_split_sizes_round_away_float_error():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        # 200 bars: train 140, validation floor(200 x 0.29) = 58, test 2.
+        # 200 bars: train 140, validation int(200 x 0.2905) = 58, test 2.
         (
-            {"market.validation_fraction": 0.29},
-            r"market.train_fraction=0.7 \+ market.validation_fraction=0.29 leave 2 test bars "
+            {"market.validation_fraction": 0.2905},
+            r"market.train_fraction=0.7 \+ market.validation_fraction=0.2905 leave 2 test bars "
             r"of 200 .*\(train 140, validation 58, test 2\)",
         ),
         # train floor(200 x 0.1) = 20 bars; window 8 needs 10, the 20-bar feature warm-up 21.
@@ -152,9 +155,9 @@ def test_a_three_bar_test_span_is_the_smallest_accepted(tmp_path):
     from foxhunt.runs import build_spec, build_trading
 
     path = _bars_csv(tmp_path / "bars.csv", 200)
-    # validation floor(200 x 0.285) = 57 -> test 200 - 197 = 3 bars, + 7 warm-up bars = 10.
+    # validation int(200 x 0.2875) = 57 -> test 200 - 197 = 3 bars, + 7 warm-up bars = 10.
     spec = build_spec(
-        data=str(path), overrides={"trading.window": 8, "market.validation_fraction": 0.285}
+        data=str(path), overrides={"trading.window": 8, "market.validation_fraction": 0.2875}
     )
     setup = build_trading(spec)
     assert setup.bounds("test") == (197, 200) and len(setup.span("test")) == 10
@@ -331,13 +334,35 @@ def test_revised_prices_on_the_same_bars_warn_on_evaluate(trained_on_600, tmp_pa
         resume_training(run, total_steps=450, progress=False)
 
 
+def test_a_bar_moved_inside_the_span_is_refused_not_taken_for_revised_prices(
+    trained_on_600, tmp_path
+):
+    from foxhunt.errors import DataError
+    from foxhunt.session import evaluate_run
+
+    lines = (trained_on_600 / "first600.csv").read_text().splitlines(keepends=True)
+    fields = lines[300].split(",")
+    stamp = fields[0]  # one bar's time moves by a minute: same rows, same first and last bar
+    fields[0] = stamp[:-2] + ("01" if stamp[-2:] == "00" else "00")
+    lines[300] = ",".join(fields)
+    run = _copy(trained_on_600, tmp_path, lines)
+    with pytest.raises(DataError, match="moved, removed or inserted"):
+        evaluate_run(run)
+
+
 def test_runs_without_a_data_record_still_evaluate_and_resume(trained_on_600, tmp_path):
     from foxhunt.errors import FoxhuntError
     from foxhunt.session import evaluate_run, resume_training
 
     run = _copy(trained_on_600, tmp_path, "first600.csv")
-    (run / "data.json").write_text('{"rows": "600"}')
+    (run / "data.json").write_text('{"format": "foxhunt-data", "rows": "600"}')
     with pytest.raises(FoxhuntError, match=r"data.json: rows must be an integer, got: '600'"):
+        evaluate_run(run)
+    (run / "data.json").write_text('{"format": "foxhunt-data", "rows": 600}')
+    with pytest.raises(FoxhuntError, match=r"data.json: first is missing"):
+        evaluate_run(run)
+    (run / "data.json").write_text('{"rows": 600}')
+    with pytest.raises(FoxhuntError, match=r"data.json: format must be 'foxhunt-data'"):
         evaluate_run(run)
     (run / "data.json").unlink()  # a run from before the record
     assert evaluate_run(run)["bars"] == 90

@@ -172,40 +172,40 @@ _YEAR_DAYS = 365.25
 
 
 def _active_weekdays(days: np.ndarray, intraday_hours: float) -> int:
-    """How many days of the week the market trades, from the dates that hold bars.
+    """How many days of the week a market trades, for data too short to show whole weeks.
 
-    With two weeks or more of dates, a weekday counts when it holds at least half as many
-    dates as the busiest one (a stray Saturday bar or an outage does not change the answer).
-    Shorter data cannot show its week: a bar on a weekend, or intraday sessions round the clock
-    (``intraday_hours`` of 20 or more a day), say 7 days; otherwise the 5-day week of exchanges
-    is assumed.
+    A bar on a Saturday (UTC) means 7: crypto trades every day, while exchanges, FX and futures
+    are shut all Saturday (their Sunday-evening opens belong to Monday's session). Data that
+    spans a whole Saturday without a bar on it means 5. Otherwise the data cannot show its
+    week: sessions round the clock (``intraday_hours`` of 20 or more a day) say 7, others the
+    5-day week of exchanges.
     """
     weekday = (days + 3) % 7  # 1970-01-01 (day 0) was a Thursday; Monday = 0
-    if days[-1] - days[0] >= 14:
-        counts = np.bincount((np.unique(days) + 3) % 7, minlength=7)
-        return int((counts >= 0.5 * counts.max()).sum())
-    return 7 if (weekday >= 5).any() or intraday_hours >= 20.0 else 5
+    if (weekday == 5).any():
+        return 7
+    inner = np.arange(days[0] + 1, days[-1])  # calendar days the data covers wholly
+    if ((inner + 3) % 7 == 5).any():
+        return 5
+    return 7 if intraday_hours >= 20.0 else 5
 
 
 def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
-    """Bars per year as the data has them: 365.25 for 24/7 daily bars, ~261 for exchange days,
-    ~102 000 for one-minute bars of a 6.5-hour exchange session. Annualising every file with
+    """Bars per year as the data has them: 365.25 for 24/7 daily bars, ~252 for exchange days,
+    ~98 000 for one-minute bars of a 6.5-hour exchange session. Annualising every file with
     252 would scale an intraday Sharpe ratio by the wrong square root.
 
-    Read from the bars of a typical week rather than from bars / calendar span, which a short
-    file (one week of minute bars reads as 24/7 trading squeezed into 5 days) or an outage
-    (three missing months read as a slower market) throws off:
+    Read from the bars of the calendar weeks rather than from bars / calendar span, which a
+    short file (one week of minute bars reads as 24/7 trading squeezed into 5 days) or an
+    outage (three missing months read as a slower market) throws off:
 
-    * bars spaced under 4 days: the median number of bars in the calendar weeks (Monday to
-      Sunday) that lie wholly inside the data and hold any, times 365.25 / 7. A holiday week or
-      a stray weekend bar does not move the median, and a session that crosses midnight
-      (FX from Sunday evening to Friday evening, 23-hour futures) counts what it trades;
-    * data shorter than that (fewer than two whole weeks): the median number of bars per dated
-      day times the days traded per year (:func:`_active_weekdays`);
+    * bars spaced under 4 days: the mean number of bars in the calendar weeks (Monday to
+      Sunday) that lie wholly inside the data, leaving out weeks with under half the median
+      (an outage), times 365.25 / 7. Holiday weeks count, so exchange days read ~252; a
+      session that crosses midnight (FX from Sunday evening to Friday evening, 23-hour
+      futures) counts what it trades;
+    * data shorter than two whole weeks: the median number of bars per dated day times the
+      days traded per year (:func:`_active_weekdays`; exchange holidays cannot be seen);
     * longer bars: intervals / span in years (weekly, monthly bars have no week to read).
-
-    Exchange holidays are inside the weeks, so exchange data reads ~3.5% above the 252
-    convention only when a file is too short to hold them.
     """
     ts = np.asarray(timestamps)
     if ts.size < 3 or not np.issubdtype(ts.dtype, np.datetime64):
@@ -223,7 +223,8 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     weeks, per_week = np.unique((days + 3) // 7, return_counts=True)  # day 0 was a Thursday
     whole = per_week[(weeks > weeks[0]) & (weeks < weeks[-1])]
     if whole.size >= 2:
-        return float(np.median(whole)) * _YEAR_DAYS / 7
+        trading = whole[whole >= 0.5 * np.median(whole)]  # weeks of an outage left out
+        return float(trading.mean()) * _YEAR_DAYS / 7
     if bar < 20 * 3_600e9:
         per_day = float(np.median(np.unique(days, return_counts=True)[1]))
         weekdays = _active_weekdays(days, per_day * bar / 3_600e9)

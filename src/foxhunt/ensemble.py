@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from foxhunt._io import atomic_write_text, read_json_object
-from foxhunt.errors import ConfigError, FoxhuntError
+from foxhunt.errors import ConfigError, DataError, FoxhuntError
 from foxhunt.learner import DQNAgent
 from foxhunt.runs import DATA_FILE, RunSpec, load_model, load_spec
 
@@ -340,7 +340,8 @@ def _finish_ensemble(
     if not distributed.current().is_main:
         return paths  # data-parallel worker: rank 0 writes the directory
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
-    record = paths[0] / DATA_FILE  # every member trained on the same market
+    _check_same_data(paths)
+    record = paths[0] / DATA_FILE  # every member trained on the same market (just checked)
     if record.is_file():
         atomic_write_text(run_dir / DATA_FILE, record.read_text(encoding="utf-8"))
     manifest = {
@@ -351,6 +352,27 @@ def _finish_ensemble(
     atomic_write_text(run_dir / ENSEMBLE_FILE, json.dumps(manifest, indent=2))
     (run_dir / PLAN_FILE).unlink(missing_ok=True)
     return paths
+
+
+def _check_same_data(paths: list[Path]) -> None:
+    """Refuse an ensemble whose members trained on different data: members train one after
+    another (and a resumed ensemble trains its missing members later), so the file behind
+    ``market.data`` can change between them, and their Q-values would then not be comparable."""
+    from foxhunt.runs import read_data_record
+
+    def identity(path: Path) -> tuple[Any, ...] | None:
+        record = read_data_record(path)
+        keys = ("rows", "sha256", "train_end", "val_end")
+        return None if record is None else tuple(record[k] for k in keys)
+
+    first_path, first = paths[0], identity(paths[0])
+    for path in paths[1:]:
+        if identity(path) != first:
+            raise DataError(
+                f"ensemble members {first_path.name} and {path.name} trained on different data "
+                f"({first_path / DATA_FILE} vs {path / DATA_FILE}): the data file changed while "
+                "the ensemble trained; restore it and train the ensemble again"
+            )
 
 
 def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path]:

@@ -33,7 +33,7 @@ from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
 from foxhunt.runs import RunSpec, make_envs
-from foxhunt.trainer import DQNTrainer
+from foxhunt.trainer import DQNTrainer, final_env_steps
 
 log = logging.getLogger("foxhunt.hyperopt")
 
@@ -174,11 +174,12 @@ def objective(
     except ConfigError as err:
         raise _prune(trial, f"invalid configuration: {err}") from None
     trial.set_user_attr(_ATTR_HP, hp.to_dict())
-    if hp.learning_starts >= spec.total_env_steps:
+    reached = final_env_steps(0, spec.total_env_steps, hp.n_envs)
+    if hp.learning_starts > reached:
         raise _prune(
             trial,
-            f"learning_starts {hp.learning_starts} >= total_env_steps "
-            f"{spec.total_env_steps}: no optimizer step would run",
+            f"learning_starts {hp.learning_starts} > the {reached} env steps a trial reaches "
+            f"(total_env_steps {spec.total_env_steps}): no optimizer step would run",
         )
 
     train_env, eval_env, _ = envs if envs is not None else make_envs(spec)

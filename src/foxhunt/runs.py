@@ -393,8 +393,8 @@ DATA_FILE = "data.json"
 """The identity of the market a run trained on (rows, first/last bar, a hash of the values), so
 that evaluate and resume notice when the file behind ``market.data`` has changed since."""
 
-_RECORD_KEYS = {"rows": int, "first": str, "last": str, "sha256": str, "train_end": int,
-                "val_end": int}  # fmt: skip
+_RECORD_KEYS = {"rows": int, "first": str, "last": str, "sha256": str, "index_sha256": str,
+                "train_end": int, "val_end": int}  # fmt: skip
 
 
 def _data_label(spec: RunSpec) -> str:
@@ -420,12 +420,19 @@ def _hash_rows(df: Any, rows: int) -> str:
 
 
 def data_identity(df: Any) -> dict[str, Any]:
-    """Rows, first and last timestamp and the values' hash of a loaded OHLCV frame."""
+    """Rows, first and last timestamp, the hash of the values and that of the timestamps alone
+    (which tells revised prices on the same bars from bars moved, removed or inserted)."""
+    import hashlib
+
+    import numpy as np
+
+    stamps = np.ascontiguousarray(df.index.asi8, dtype="<i8").tobytes()
     return {
         "rows": len(df),
         "first": str(df.index[0]),
         "last": str(df.index[-1]),
         "sha256": _hash_rows(df, len(df)),
+        "index_sha256": hashlib.sha256(stamps).hexdigest(),
     }
 
 
@@ -442,8 +449,12 @@ def read_data_record(run_dir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     record = read_json_object(path, "data record")
+    if record.get("format") != "foxhunt-data":
+        raise FoxhuntError(f"{path}: format must be 'foxhunt-data', got: {record.get('format')!r}")
     for key, kind in _RECORD_KEYS.items():
-        value = record.get(key)
+        if key not in record:
+            raise FoxhuntError(f"{path}: {key} is missing")
+        value = record[key]
         if type(value) is not kind:
             raise FoxhuntError(
                 f"{path}: {key} must be {'an integer' if kind is int else 'a string'}, got: "
@@ -479,6 +490,8 @@ def check_data_record(
     for key in ("first", "last"):
         if now[key] != recorded[key]:
             changes.append(f"{key} bar {recorded[key]} at training, {now[key]} now")
+    if not changes and now["index_sha256"] != recorded["index_sha256"]:
+        changes.append("bars between the first and the last were moved, removed or inserted")
     grown = rows > old_rows and _hash_rows(df, old_rows) == recorded["sha256"]
     if grown:
         what = f"{rows - old_rows} bars were appended (the first {old_rows} are unchanged)"
@@ -501,7 +514,7 @@ def check_data_record(
             recorded["val_end"],
         )
         return recorded["train_end"], recorded["val_end"]
-    if not changes:  # the same bars and dates, revised values: the spans still line up
+    if not changes:  # the same bars at the same times, revised values: the spans line up
         log.warning(
             "%s: the prices differ from those the run trained on (same %d bars, same first and "
             "last bar); the backtest uses the file as it is now",
@@ -517,13 +530,14 @@ def check_data_record(
 
 
 def split_bounds(n: int, train_fraction: float, validation_fraction: float) -> tuple[int, int]:
-    """(train end, validation end) of ``n`` bars: ``floor(n * fraction)`` per span.
+    """(train end, validation end) of ``n`` bars: ``int(n * fraction)`` per span.
 
-    The product is rounded to 9 decimals first: ``100 * 0.29`` is 28.999999999999996 in floats
-    and a plain floor would drop a bar the user asked for.
+    Kept exactly as runs were always split (``100 * 0.29`` is 28.999999999999996 and gives 28
+    bars): a run trained before ``data.json`` recorded its split ends is resumed and evaluated
+    by recomputing them, and any other rounding would move its spans by a bar.
     """
-    train_end = math.floor(round(n * train_fraction, 9))
-    val_end = min(n, train_end + math.floor(round(n * validation_fraction, 9)))
+    train_end = int(n * train_fraction)
+    val_end = min(n, train_end + int(n * validation_fraction))
     return train_end, val_end
 
 
@@ -617,6 +631,8 @@ def save_model(
     if best_state is not None:
         best = {k: v.detach().cpu().contiguous() for k, v in best_state.items()}
         atomic_write_bytes(run_dir / "best_model.safetensors", st_save(best))
+    else:  # an older save's best weights are not this model's
+        (run_dir / "best_model.safetensors").unlink(missing_ok=True)
     meta = {
         "format": "foxhunt-model",
         "format_version": 1,
@@ -630,13 +646,11 @@ def save_model(
 
 
 _MODEL_DIMS = {"obs_dim": 1, "n_actions": 1, "n_regimes": 0}
+"""model.json's integer fields and their smallest valid values."""
 
 
 def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 1  # bool is an int subclass
-
-
-"""model.json's integer fields and their smallest valid values."""
 
 
 def _model_int(meta: dict[str, Any], name: str, meta_path: Path, low: int) -> int:

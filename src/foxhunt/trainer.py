@@ -152,6 +152,14 @@ def n_regimes_of(env: gym.Env | gym.vector.VectorEnv) -> int:
     return int(getattr(env.unwrapped, "n_regimes", 0) or 0)
 
 
+def final_env_steps(done: int, total: int, n_envs: int) -> int:
+    """The env step count a run that has ``done`` steps ends at when asked for ``total``: every
+    vector step adds ``n_envs``, so it stops at the first multiple past the total."""
+    if total <= done:
+        return done
+    return done + -(-(total - done) // n_envs) * n_envs
+
+
 def episode_returns(
     env: gym.Env,
     act: Callable[[np.ndarray], int],
@@ -243,7 +251,19 @@ class DQNTrainer:
         if hp.torch_threads:
             torch.set_num_threads(hp.torch_threads)
         seed_everything(hp.seed)
+        self.logger = logger
+        self.progress = progress
         self.envs = make_vector_env(env, hp.n_envs, hp.vector_env)
+        self._eval_env: gym.Env | None = None
+        self._owns_eval_env = False
+        try:
+            self._setup(hp, env, eval_env)
+        except BaseException:  # a refused setting must not leave env workers running
+            self.close()
+            raise
+
+    def _setup(self, hp: DQNHyperparameters, env: EnvLike, eval_env: EnvLike | None) -> None:
+        """Everything after the training envs exist: evaluation env, agent, replay, state."""
         obs_space = self.envs.single_observation_space
         act_space = self.envs.single_action_space
         if eval_env is env and isinstance(env, gym.Env):
@@ -252,7 +272,6 @@ class DQNTrainer:
         # once, not at the first evaluation hours later), and so is the copy of a training
         # instance; an id or factory is made at the first evaluation, as the training envs are
         # (a factory is called once per env it makes). A user's instance is theirs to close.
-        self._eval_env: gym.Env | None = None
         self._eval_maker: Callable[[], gym.Env] | None = None
         self._owns_eval_env = not isinstance(eval_env, gym.Env)
         self._eval_error: ConfigError | None = None
@@ -265,13 +284,11 @@ class DQNTrainer:
                 self._eval_maker = _env_factory(env)
         except ConfigError as err:
             if eval_env is not None or hp.eval_interval:
-                self.envs.close()
                 raise
             self._eval_error = err  # raised by evaluate(), if it is ever called
         if self._eval_env is not None:
             ev_obs, ev_act = self._eval_env.observation_space, self._eval_env.action_space
             if ev_obs.shape != obs_space.shape or ev_act != act_space:
-                self.close()
                 raise ConfigError(
                     f"eval_env must have the training env's spaces: observations {obs_space} "
                     f"and actions {act_space}, got {ev_obs} and {ev_act}"
@@ -308,8 +325,6 @@ class DQNTrainer:
         shift = self._reward_shift if self._counterfactual_envs is not None else None
         self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs, shift)
         self.health = HealthMonitor(hp)
-        self.logger = logger
-        self.progress = progress
         # Loop state (all checkpointed).
         self.env_steps = 0
         self.episodes = 0
@@ -562,7 +577,7 @@ class DQNTrainer:
         if self._eval_env is None:
             if self._eval_maker is None:
                 assert self._eval_error is not None
-                raise self._eval_error
+                raise ConfigError(str(self._eval_error))
             self._eval_env = self._eval_maker()
         env = self._eval_env
         seeds = [self.hp.seed + 1_000_003 + k for k in range(n)]
@@ -592,12 +607,12 @@ class DQNTrainer:
                 total_env_steps,
                 self.env_steps,
             )
-        elif hp.learning_starts >= total_env_steps and self.agent.optimizer_steps == 0:
+        elif hp.learning_starts > final_env_steps(self.env_steps, total_env_steps, hp.n_envs):
             log.warning(
-                "learning_starts %d >= total env steps %d: no optimizer step will run and the "
-                "model stays untrained (raise the total or lower learning_starts)",
+                "learning_starts %d > the %d env steps this run reaches: no optimizer step will "
+                "run and the model stays untrained (raise the total or lower learning_starts)",
                 hp.learning_starts,
-                total_env_steps,
+                final_env_steps(self.env_steps, total_env_steps, hp.n_envs),
             )
         self.total_env_steps = total_env_steps
         progress = self._make_progress(total_env_steps)

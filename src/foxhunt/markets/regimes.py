@@ -305,7 +305,27 @@ def _chained_recursion(
         cur = v / cs[:, step, :, None]
         xs[:, step] = cur
     out[1:] = xs.reshape(-1, r, k)[:m]
-    return out, cs.reshape(-1, r)[:m]
+    c = cs.reshape(-1, r)[:m]
+    if not (np.isfinite(c).all() and (c > 0).all() and np.isfinite(out).all()):
+        # A chunk product normalised as a whole can underflow a row the plain loop keeps (exact
+        # zero transitions and emissions far below the best row's): take the plain loop then.
+        return _sequential_recursion(x0, trans, e)
+    return out, c
+
+
+def _sequential_recursion(
+    x0: np.ndarray, trans: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_chained_recursion` one bar at a time (the reference it falls back to)."""
+    m = e.shape[0]
+    out = np.empty((m + 1, *x0.shape))
+    c = np.empty((m, x0.shape[0]))
+    out[0] = x0
+    for s in range(m):
+        v = np.matmul(out[s][:, None, :], trans)[:, 0, :] * e[s]
+        c[s] = v.sum(axis=1)
+        out[s + 1] = v / c[s][:, None]
+    return out, c
 
 
 def _stationary(a: np.ndarray) -> np.ndarray:

@@ -50,7 +50,12 @@ class ReplayBuffer:
             self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
             self.dones = torch.zeros(capacity, dtype=torch.float32, **kw)
             self.discounts = torch.zeros(capacity, dtype=torch.float32, **kw)
-        except (RuntimeError, MemoryError):  # torch's allocator says RuntimeError
+        except (RuntimeError, MemoryError) as err:
+            # The CPU allocator refuses with a RuntimeError ("can't allocate memory"), CUDA with
+            # torch.OutOfMemoryError (a RuntimeError); any other failure is not about the size.
+            oom = isinstance(err, MemoryError | torch.OutOfMemoryError)
+            if not (oom or "allocate" in str(err)):
+                raise
             row = 2 * int(np.prod(obs_shape)) * torch.empty((), dtype=obs_dtype).element_size()
             need = capacity * (row + 8 + 3 * 4)
             raise ConfigError(
