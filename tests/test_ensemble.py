@@ -492,3 +492,28 @@ def test_members_trained_on_different_data_are_refused(tmp_path: Path) -> None:
     (members[2] / "data.json").write_text(json.dumps({**record, "sha256": "c" * 64}))
     with pytest.raises(DataError, match="member-0 and member-2 trained on different data"):
         _check_same_data(members)
+
+
+def test_ensemble_resume_refuses_changed_data_before_training(
+    trading_ensemble, tmp_path: Path
+) -> None:
+    import shutil
+
+    from foxhunt.ensemble import PLAN_FILE, resume_ensemble
+    from foxhunt.errors import DataError
+
+    run = tmp_path / "run"
+    shutil.copytree(trading_ensemble, run)
+    data = Path(load_spec(run).market.data)
+    original = data.read_text()
+    shutil.rmtree(run / "member-1")  # as if stopped before member 1 started
+    (run / "ensemble.json").unlink()
+    (run / PLAN_FILE).write_text('{"members": 2}')
+    lines = original.splitlines(keepends=True)
+    try:
+        data.write_text("".join(lines[:-50]))  # the file changed since member 0 trained
+        with pytest.raises(DataError, match="has changed since the run trained"):
+            resume_ensemble(run)
+        assert not (run / "member-1").exists()  # refused before anything trained
+    finally:
+        data.write_text(original)

@@ -275,3 +275,55 @@ def test_learning_starts_warning_only_when_no_update_can_run(
             assert (trainer.agent.optimizer_steps == 0) is warned
         finally:
             trainer.close()
+
+
+def test_evaluation_env_forms_and_their_failures(caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    from foxhunt.trainer import DQNTrainer
+
+    # An eval_env wrapping the very instance being trained is refused.
+    env = gym.make("CartPole-v1")
+    with pytest.raises(ConfigError, match="eval_env wraps the training env instance"):
+        DQNTrainer(_hp(), env, eval_env=gym.wrappers.RecordEpisodeStatistics(env))
+
+    # A factory is called once per env it makes: once for training, once at the first evaluation.
+    calls: list[int] = []
+
+    def factory() -> gym.Env:
+        calls.append(1)
+        return _Counter()
+
+    trainer = DQNTrainer(_hp(), factory)
+    try:
+        assert len(calls) == 1
+        trainer.evaluate(1)
+        trainer.evaluate(1)
+        assert len(calls) == 2
+    finally:
+        trainer.close()
+
+    # An instance that cannot be deep-copied: rebuilt from its spec, out loud.
+    locked = gym.make("CartPole-v1")
+    locked.unwrapped.lock = threading.Lock()  # type: ignore[attr-defined]
+    with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+        trainer = DQNTrainer(_hp(), locked)
+    try:
+        assert "deep-copying it failed" in caplog.text
+        assert trainer._eval_env is not None and trainer._eval_env.unwrapped is not locked
+    finally:
+        trainer.close()
+
+    # Neither copied nor rebuilt (no spec): refused when evaluations are due, else at evaluate().
+    bare = _Counter()
+    bare.lock = threading.Lock()  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="can be neither copied nor rebuilt"):
+        DQNTrainer(_hp(eval_interval=10), bare)
+    trainer = DQNTrainer(_hp(), bare)
+    try:
+        trainer.learn(20)
+        for _ in range(2):
+            with pytest.raises(ConfigError, match="pass eval_env="):
+                trainer.evaluate(1)
+    finally:
+        trainer.close()

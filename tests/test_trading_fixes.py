@@ -314,7 +314,7 @@ def test_resume_refuses_any_change_and_evaluate_a_misaligned_one(trained_on_600,
     with pytest.raises(DataError, match=r"prices.csv has changed .*600 rows at training, 550"):
         resume_training(run, total_steps=450, progress=False)
     _copy(trained_on_600, tmp_path / "b", "full.csv")  # grown: fine to evaluate, not to resume
-    with pytest.raises(DataError, match=r"100 bars were appended .*start a new run"):
+    with pytest.raises(DataError, match=r"100 bars were appended\).*start a new run"):
         resume_training(tmp_path / "b" / "run", total_steps=450, progress=False)
 
 
@@ -329,9 +329,27 @@ def test_revised_prices_on_the_same_bars_warn_on_evaluate(trained_on_600, tmp_pa
     run = _copy(trained_on_600, tmp_path, lines)
     with caplog.at_level("WARNING"):
         out = evaluate_run(run)
-    assert "prices differ" in caplog.text and out["bars"] == 600 - 510
-    with pytest.raises(DataError, match="the prices differ"):
+    assert "values differ (prices or volume) on the same 600 bars" in caplog.text
+    assert out["bars"] == 600 - 510
+    with pytest.raises(DataError, match="the values differ"):
         resume_training(run, total_steps=450, progress=False)
+
+
+def test_a_revised_last_bar_and_new_bars_evaluate_on_the_trained_spans(
+    trained_on_600, tmp_path, caplog
+):
+    """What a vendor's refreshed file looks like: the last bar corrected, new bars after it."""
+    from foxhunt.session import evaluate_run
+
+    full = (trained_on_600 / "full.csv").read_text().splitlines(keepends=True)
+    fields = full[600].rstrip("\n").split(",")  # bar 599, the last one trained on
+    fields[4] = str((float(fields[2]) + float(fields[3])) / 2)  # its close revised (mid-range)
+    full[600] = ",".join(fields) + "\n"
+    run = _copy(trained_on_600, tmp_path, full)
+    with caplog.at_level("WARNING"):
+        out = evaluate_run(run)
+    assert "100 bars were appended and values of the 600 trained bars revised" in caplog.text
+    assert out["bars"] == 700 - 510
 
 
 def test_a_bar_moved_inside_the_span_is_refused_not_taken_for_revised_prices(

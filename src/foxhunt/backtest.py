@@ -226,7 +226,9 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
         trading = whole[whole >= 0.5 * np.median(whole)]  # weeks of an outage left out
         return float(trading.mean()) * _YEAR_DAYS / 7
     if bar < 20 * 3_600e9:
-        per_day = float(np.median(np.unique(days, return_counts=True)[1]))
+        dated, per_date = np.unique(days, return_counts=True)
+        # The first and last dates are usually partial sessions: count whole days when any.
+        per_day = float(np.median(per_date[1:-1] if dated.size >= 3 else per_date))
         weekdays = _active_weekdays(days, per_day * bar / 3_600e9)
         return per_day * _YEAR_DAYS * weekdays / 7
     return _YEAR_DAYS * _active_weekdays(days, 0.0) / 7

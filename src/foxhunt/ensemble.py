@@ -384,6 +384,7 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
     """
     import shutil
 
+    from foxhunt.runs import check_same_data, read_data_record
     from foxhunt.session import resume_training, run_training
 
     run_dir = Path(run_dir)
@@ -409,6 +410,9 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
     hp = base.hyperparameters
     seeds = [hp.seed + i for i in range(n_members)]
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
+    recorded = read_data_record(paths[0]) if base.is_trading else None
+    if recorded is not None:  # members still to train must see member 0's market
+        check_same_data(base, recorded)
     for seed, path in zip(seeds, paths, strict=True):
         if (path / "summary.json").is_file() and (path / "model.safetensors").is_file():
             continue  # trained

@@ -520,12 +520,18 @@ class DQNAgent:
         arr = np.asarray(obs)
         if arr.shape == self.obs_shape:
             return arr[None], True
-        if arr.shape[1:] == self.obs_shape and arr.ndim == len(self.obs_shape) + 1:
+        if arr.shape[1:] == self.obs_shape:
             return arr, False
         one = ", ".join(map(str, self.obs_shape))
+        hint = (
+            " (the agent sees a Discrete observation one-hot encoded: "
+            "foxhunt.envs.gym_envs.OneHotObservation)"
+            if arr.ndim == 0
+            else ""
+        )
         raise ValueError(
             f"observation must have shape {self.obs_shape} (one) or (n, {one}) (a batch), "
-            f"got: {arr.shape}"
+            f"got: {arr.shape}{hint}"
         )
 
     @torch.inference_mode()

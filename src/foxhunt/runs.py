@@ -332,6 +332,23 @@ class TradingSetup:
         return TradingEnv(self.span(split), self.config, eval_mode=True)
 
 
+def load_market_frame(spec: RunSpec, data_override: str | None = None) -> Any:
+    """The run's OHLCV frame as loaded (its file, or the synthetic market), before any fit."""
+    from foxhunt.markets.data import load_ohlcv
+    from foxhunt.markets.pipeline import default_market
+
+    source = data_override if data_override is not None else spec.market.data
+    if source is None:
+        return default_market(seed=spec.market.synthetic_seed)
+    return load_ohlcv(source)
+
+
+def check_same_data(spec: RunSpec, recorded: dict[str, Any]) -> None:
+    """Refuse, before anything trains, data that differs from ``recorded`` (a run's data.json):
+    what resuming needs, without fitting the market."""
+    check_data_record(recorded, load_market_frame(spec), _data_label(spec), "resume")
+
+
 def build_trading(
     spec: RunSpec,
     data_override: str | None = None,
@@ -346,14 +363,13 @@ def build_trading(
     :func:`check_data_record`. Data passed as ``data_override`` is new data by choice and is
     split by the fractions like any file.
     """
-    from foxhunt.markets.data import load_ohlcv
-    from foxhunt.markets.pipeline import default_market, prepare_market
+    from foxhunt.markets.pipeline import prepare_market
 
     m = spec.market
     config = spec.trading_config()
     source = data_override if data_override is not None else m.data
     min_rows = 3 * (config.window + 2)
-    df = default_market(seed=m.synthetic_seed) if source is None else load_ohlcv(source)
+    df = load_market_frame(spec, data_override)
     n = len(df)
     if n < min_rows:
         raise ConfigError(
@@ -393,8 +409,10 @@ DATA_FILE = "data.json"
 """The identity of the market a run trained on (rows, first/last bar, a hash of the values), so
 that evaluate and resume notice when the file behind ``market.data`` has changed since."""
 
-_RECORD_KEYS = {"rows": int, "first": str, "last": str, "sha256": str, "index_sha256": str,
-                "train_end": int, "val_end": int}  # fmt: skip
+_RECORD_KEYS = {"rows": int, "first": str, "last": str, "sha256": str, "train_end": int,
+                "val_end": int}  # fmt: skip
+# index_sha256 (the timestamps' own hash) is checked when present: records written before it
+# was added do not have it.
 
 
 def _data_label(spec: RunSpec) -> str:
@@ -422,18 +440,24 @@ def _hash_rows(df: Any, rows: int) -> str:
 def data_identity(df: Any) -> dict[str, Any]:
     """Rows, first and last timestamp, the hash of the values and that of the timestamps alone
     (which tells revised prices on the same bars from bars moved, removed or inserted)."""
-    import hashlib
-
-    import numpy as np
-
-    stamps = np.ascontiguousarray(df.index.asi8, dtype="<i8").tobytes()
     return {
         "rows": len(df),
         "first": str(df.index[0]),
         "last": str(df.index[-1]),
         "sha256": _hash_rows(df, len(df)),
-        "index_sha256": hashlib.sha256(stamps).hexdigest(),
+        "index_sha256": _hash_index(df, len(df)),
     }
+
+
+def _hash_index(df: Any, rows: int) -> str:
+    """sha256 of the first ``rows`` timestamps (int ns)."""
+    import hashlib
+
+    import numpy as np
+
+    return hashlib.sha256(
+        np.ascontiguousarray(df.index[:rows].asi8, dtype="<i8").tobytes()
+    ).hexdigest()
 
 
 def write_data_record(run_dir: Path, setup: TradingSetup | None) -> None:
@@ -460,6 +484,10 @@ def read_data_record(run_dir: Path) -> dict[str, Any] | None:
                 f"{path}: {key} must be {'an integer' if kind is int else 'a string'}, got: "
                 f"{value!r:.60}"
             )
+    if "index_sha256" in record and type(record["index_sha256"]) is not str:
+        raise FoxhuntError(
+            f"{path}: index_sha256 must be a string, got: {record['index_sha256']!r:.60}"
+        )
     if not 0 < record["train_end"] <= record["val_end"] < record["rows"]:
         raise FoxhuntError(
             f"{path}: train_end {record['train_end']} / val_end {record['val_end']} do not "
@@ -474,35 +502,50 @@ def check_data_record(
     """Compare the run's data now with what it trained on.
 
     Same data: None. Resume refuses any change (an exact continuation needs the same market).
-    Evaluate accepts a file that grew by new bars after the old ones, and then returns the
-    trained (train end, validation end) so the test span still starts where it did and runs on
-    into the new bars; it accepts revised values on the same bars with a warning; any other
-    change (bars removed, replaced or shifted) is refused, because the test span would no longer
-    be the bars the run held out from training.
+    Evaluate accepts, with a warning, a file whose trained bars are still there at the same
+    times: grown by new bars after them (it returns the trained (train end, validation end), so
+    the test span starts where it did and runs on into the new bars), with revised values (a
+    vendor's corrected last bar), or both. Bars removed, inserted or moved are refused, because
+    the test span would no longer be the bars the run held out from training.
     """
     now = data_identity(df)
-    if now["sha256"] == recorded["sha256"] and now["rows"] == recorded["rows"]:
-        return None
     rows, old_rows = now["rows"], recorded["rows"]
-    changes = []
-    if rows != old_rows:
-        changes.append(f"{old_rows} rows at training, {rows} now")
-    for key in ("first", "last"):
-        if now[key] != recorded[key]:
-            changes.append(f"{key} bar {recorded[key]} at training, {now[key]} now")
-    if not changes and now["index_sha256"] != recorded["index_sha256"]:
-        changes.append("bars between the first and the last were moved, removed or inserted")
-    grown = rows > old_rows and _hash_rows(df, old_rows) == recorded["sha256"]
-    if grown:
-        what = f"{rows - old_rows} bars were appended (the first {old_rows} are unchanged)"
+    if now["sha256"] == recorded["sha256"] and rows == old_rows:
+        return None
+    covers = rows >= old_rows
+    values_kept = covers and _hash_rows(df, old_rows) == recorded["sha256"]
+    if "index_sha256" in recorded:
+        times_kept = covers and _hash_index(df, old_rows) == recorded["index_sha256"]
+    else:  # a record from before the timestamps had their own hash: what it can tell
+        same_ends = now["first"] == recorded["first"] and now["last"] == recorded["last"]
+        times_kept = values_kept or (rows == old_rows and same_ends)
+    added = rows - old_rows
+    if times_kept and added:
+        revised = "" if values_kept else f" and values of the {old_rows} trained bars revised"
+        what = f"{added} bars were appended{revised}"
+    elif times_kept:
+        what = f"the values differ (prices or volume) on the same {rows} bars"
     else:
-        what = "; ".join(changes) if changes else "the prices differ"
+        changes = [f"{old_rows} rows at training, {rows} now"] if added else []
+        changes += [
+            f"{key} bar {recorded[key]} at training, {now[key]} now"
+            for key in ("first", "last")
+            if now[key] != recorded[key]
+        ]
+        moved = "bars between the first and the last were moved, removed or inserted"
+        what = "; ".join(changes) or moved
     if purpose == "resume":
         raise DataError(
             f"{where} has changed since the run trained ({what}): resuming continues exactly "
             "only on the same data; restore the file, or start a new run"
         )
-    if grown:
+    if not times_kept:
+        raise DataError(
+            f"{where} has changed since the run trained ({what}): its test span no longer lines "
+            "up with the bars the run held out; restore the file, or pass it with --data to "
+            "evaluate it as new data"
+        )
+    if added:
         log.warning(
             "%s: %s since the run trained; train and validation spans stay as trained (bars "
             "0..%d and %d..%d) and the test span runs from bar %d to the new last bar",
@@ -514,19 +557,10 @@ def check_data_record(
             recorded["val_end"],
         )
         return recorded["train_end"], recorded["val_end"]
-    if not changes:  # the same bars at the same times, revised values: the spans line up
-        log.warning(
-            "%s: the prices differ from those the run trained on (same %d bars, same first and "
-            "last bar); the backtest uses the file as it is now",
-            where,
-            rows,
-        )
-        return None
-    raise DataError(
-        f"{where} has changed since the run trained ({what}): its test span no longer lines up "
-        "with the bars the run held out; restore the file, or pass it with --data to evaluate "
-        "it as new data"
+    log.warning(
+        "%s: %s since the run trained; the backtest uses the file as it is now", where, what
     )
+    return None
 
 
 def split_bounds(n: int, train_fraction: float, validation_fraction: float) -> tuple[int, int]:

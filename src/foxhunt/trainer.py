@@ -90,16 +90,25 @@ def _separate_env(env: gym.Env) -> gym.Env:
     try:
         return copy.deepcopy(env)
     except Exception as err:  # a handle that cannot be copied (a socket, a subprocess, ...)
-        reason = type(err).__name__
+        reason = f"{type(err).__name__}: {err}"
     if env.spec is not None:
         try:
-            return gym.make(env.spec)
+            rebuilt = gym.make(env.spec)
         except Exception as err:  # a wrapper that cannot be rebuilt from the spec, and so on
-            reason = f"{reason}; gym.make(env.spec): {type(err).__name__}"
+            reason = f"{reason}; gym.make(env.spec): {type(err).__name__}: {err}"
+        else:
+            log.warning(
+                "env: evaluating on gym.make(%r), a fresh env built from the training "
+                "instance's spec (deep-copying it failed: %s); attributes changed on the "
+                "instance after it was made are not in it (pass eval_env= to choose)",
+                env.spec.id,
+                reason,
+            )
+            return rebuilt
     raise ConfigError(
-        f"env: evaluation needs an env separate from the training instance, but "
-        f"{type(env.unwrapped).__name__} can be neither copied nor rebuilt from its spec "
-        f"({reason}); pass eval_env=, an env id or a factory"
+        f"env: evaluation needs an env separate from the training instance, but {env} can be "
+        f"neither copied nor rebuilt from its spec ({reason}); pass eval_env=, an env id or a "
+        "factory"
     )
 
 
@@ -268,6 +277,16 @@ class DQNTrainer:
         act_space = self.envs.single_action_space
         if eval_env is env and isinstance(env, gym.Env):
             eval_env = None  # the training instance itself: evaluate on a copy, as below
+        elif (
+            isinstance(eval_env, gym.Env)
+            and isinstance(env, gym.Env)
+            and eval_env.unwrapped is env.unwrapped
+        ):
+            raise ConfigError(
+                "eval_env wraps the training env instance (the same unwrapped "
+                f"{type(env.unwrapped).__name__}): evaluating would reset it mid-episode; "
+                "pass a separate env, or leave eval_env out to evaluate on a copy"
+            )
         # Evaluation runs on an env of its own. An eval_env is made now (a bad one is refused at
         # once, not at the first evaluation hours later), and so is the copy of a training
         # instance; an id or factory is made at the first evaluation, as the training envs are

@@ -1039,9 +1039,11 @@ def _regime_names(
 ) -> tuple[str, ...]:
     """The names of regimes 0..max id, from a ``regime_name`` column beside ``regime`` (what
     ``foxhunt data synth`` writes); an id never seen is ``regime_<id>``, as without names."""
-    names = raw.reset_index(drop=True).astype(str).str.strip().to_numpy()
+    names = raw.reset_index(drop=True).fillna("").astype(str).str.strip().to_numpy()
     by_id: dict[int, str] = {}
     for pos, (k, name) in enumerate(zip(ids.tolist(), names, strict=True)):
+        if not name:  # a blank cell names nothing
+            continue
         if by_id.setdefault(k, name) != name:
             raise DataError(
                 f"{label}: column {str(raw.name)!r} {where(pos)}: regime {k} is named "

@@ -461,7 +461,8 @@ class GaussianHMMDetector:
                 break
         final_ll, _, _ = self._e_step(x, means, variances, trans, start, need_posteriors=False)
         history.append(final_ll)
-        best = int(np.argmax(final_ll))
+        # A restart whose likelihood is NaN never wins (np.argmax would pick NaN first).
+        best = int(np.argmax(np.where(np.isnan(final_ll), -np.inf, final_ll)))
 
         # Deterministic state order: by mean return (descending), then volatility (ascending).
         ret_mean = means[best, :, 0] * self.feature_std_[0] + self.feature_mean_[0]
