@@ -180,7 +180,7 @@ def episode_returns(
     Every greedy evaluation in foxhunt (training, ``foxhunt evaluate``, ensembles) goes through
     here, so their numbers are comparable.
     """
-    returns = []
+    returns, cut = [], 0
     for seed in seeds:
         obs, _ = env.reset(seed=seed)
         total, done, steps = 0.0, False, 0
@@ -189,15 +189,17 @@ def episode_returns(
             total += float(reward)
             done = bool(terminated or truncated)
             steps += 1
-        if not done:
-            log.warning(
-                "evaluation episode (seed %d) cut off after %d steps without ending: its return "
-                "counts only those steps (an env with no time limit: wrap it in "
-                "gymnasium.wrappers.TimeLimit)",
-                seed,
-                steps,
-            )
+        cut += not done
         returns.append(total)
+    if cut:
+        log.warning(
+            "%d of %d evaluation episodes cut off after %d steps without ending: their returns "
+            "count only those steps (an env with no time limit: wrap it in "
+            "gymnasium.wrappers.TimeLimit)",
+            cut,
+            len(seeds),
+            max_steps,
+        )
     return returns
 
 

@@ -140,7 +140,7 @@ class VolatilityTrendDetector:
         # Thresholds are quantiles of the bars whose volatility window saw a price move: a long
         # stale stretch (a halt, an illiquid spell) would otherwise pile zeros into the
         # quantiles until they collapse to 0 .. 0 although most of the span moves. Stale bars
-        # are still labelled afterwards (as sideways: no volatility, no trend).
+        # are still labelled afterwards, by the same thresholds (zero volatility is low).
         moving = ok & (vol > 0.0)
         if moving.sum() < 10:
             raise DataError(
