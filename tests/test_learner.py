@@ -268,8 +268,14 @@ def test_trainer_train_step_takes_exactly_one_step(accum: int, hp_factory) -> No
 
 
 # --- non-finite gradients -----------------------------------------------------------------------
-def test_nonfinite_gradients_skip_the_step(hp_factory, agent_factory, batch_factory) -> None:
-    hp = hp_factory(lr_schedule="cosine", lr_decay_steps=5, max_consecutive_nonfinite=5)
+@pytest.mark.parametrize("head", ["none", "c51", "qr"])
+def test_nonfinite_gradients_skip_the_step(
+    head: str, hp_factory, agent_factory, batch_factory
+) -> None:
+    # A NaN reward under C51 used to crash the projection (NaN indexed as INT64_MIN).
+    hp = hp_factory(
+        lr_schedule="cosine", lr_decay_steps=5, max_consecutive_nonfinite=5, distributional=head
+    )
     agent = agent_factory(hp)
     agent.backward_only(batch_factory(64, seed=1), 1.0)
     agent.optimizer_step()  # one real step so Adam has state to protect

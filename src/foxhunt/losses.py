@@ -48,6 +48,11 @@ def categorical_projection(
     delta_z = (v_max - v_min) / (n_atoms - 1)
     tz = rewards[:, None] + (discounts * (1.0 - dones))[:, None] * support[None, :]
     b = ((tz.clamp(v_min, v_max) - v_min) / delta_z).clamp(0, n_atoms - 1)
+    # A NaN (a NaN reward) survives the clamps and would index as INT64_MIN: project it onto
+    # atom 0 and make its row NaN afterwards, so the loss is NaN and the step is skipped, as
+    # for the other heads.
+    nan = torch.isnan(b)
+    b = b.masked_fill(nan, 0.0)
     lower, upper = b.floor().long(), b.ceil().long()
     same = lower == upper
     w_lower = (upper.to(b.dtype) - b) + same.to(b.dtype)  # full mass to `lower` when exact
@@ -55,7 +60,7 @@ def categorical_projection(
     out = torch.zeros_like(next_probs)
     out.scatter_add_(1, lower, next_probs * w_lower)
     out.scatter_add_(1, upper, next_probs * w_upper)
-    return out
+    return out.masked_fill(nan.any(dim=1, keepdim=True), float("nan"))
 
 
 def categorical_loss(
