@@ -73,6 +73,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
+    # --no-progress hides the live display only: where the run went and its summary still print.
+    assert "foxhunt: run run |" in out.stdout and "training summary" in out.stdout
     return root / "run"
 
 
@@ -403,3 +405,44 @@ def test_empty_paths_and_ensemble_directories_are_named(
         assert main([command, str(ens)]) == 2
         err = capsys.readouterr().err
         assert f"{ens} is an ensemble" in err and f"`{needle} {ens / 'member-0'}`" in err
+
+
+def test_cli_probe_findings_are_one_line_errors(run: Path, tmp_path: Path) -> None:
+    """A search into a training run, a non-UTF-8 metrics file on resume, huge counts, YAML
+    errors and a stopped ensemble: each one line, exit 2, saying what is wrong."""
+    import shutil
+
+    def one_line(out: subprocess.CompletedProcess[str], needle: str) -> None:
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and needle in lines[0], out.stderr
+
+    one_line(
+        foxhunt(
+            "hyperopt", "--env", "CartPole-v1", "--trials", "1", "--run-dir", str(run), cwd=tmp_path
+        ),
+        "holds a training run or an ensemble (config.yaml, checkpoints)",
+    )
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    (copy / "metrics.csv").write_bytes(b"a,b\n\xff\xfe,1\n")
+    one_line(foxhunt("resume", str(copy), "--total-steps", "3000", cwd=tmp_path), "not UTF-8")
+    one_line(
+        foxhunt(
+            "ensemble", "train", "--members", "100000000", "--env", "CartPole-v1", cwd=tmp_path
+        ),
+        "--members must be at most 1,000",
+    )
+    one_line(
+        foxhunt("evaluate", str(run), "--episodes", str(10**20), cwd=tmp_path),
+        "--episodes must be at most 1,000,000",
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("batch_size: [1\n")
+    one_line(
+        foxhunt("train", "--env", "CartPole-v1", "--config", str(bad), cwd=tmp_path),
+        "expected ',' or ']', but got '<stream end>' at line 2, column 1",
+    )
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "ensemble-plan.json").write_text('{"members": 2}')
+    one_line(foxhunt("evaluate", str(stopped), cwd=tmp_path), "foxhunt ensemble resume")

@@ -35,7 +35,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"foxhunt: error: {message}\n")
 
 
-def _positive_int(name: str):  # type: ignore[no-untyped-def]
+def _positive_int(name: str, most: int | None = None):  # type: ignore[no-untyped-def]
+    """An integer option > 0, and <= ``most`` where a larger one only exhausts memory before
+    anything useful happens (a list of 10**8 ensemble members or evaluation seeds)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -43,6 +46,8 @@ def _positive_int(name: str):  # type: ignore[no-untyped-def]
             raise argparse.ArgumentTypeError(f"{name} must be an integer, got: {text!r}") from None
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{name} must be greater than 0, got: {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"{name} must be at most {most:,}, got: {value:,}")
         return value
 
     return parse
@@ -136,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", type=_path("--run-dir"), help="output directory (default: runs/<time>-<env>)"
     )
     t.add_argument("--seed", type=_seed("--seed"))
-    t.add_argument("--no-progress", action="store_true", help="no live progress display")
+    t.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live progress display (the run directory and end summary still print)",
+    )
     t.add_argument("--force", action="store_true", help="replace an existing run directory")
 
     r = sub.add_parser("resume", help="continue a run exactly from its latest checkpoint")
@@ -146,7 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int("--total-steps"),
         help="new total environment steps (default: the run's own)",
     )
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no live progress display (the end summary still prints)",
+    )
 
     e = sub.add_parser("evaluate", help="backtest a trained trading agent; writes RUN_DIR/backtest")
     e.add_argument("run_dir")
@@ -166,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument(
         "--episodes",
-        type=_positive_int("--episodes"),
+        type=_positive_int("--episodes", most=1_000_000),
         help="greedy episodes (Gymnasium envs only; default 10)",
     )
 
@@ -216,7 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train N members with seeds seed..seed+N-1 into RUN_DIR/member-i"
     )
     et.add_argument(
-        "--members", type=_positive_int("--members"), default=5, help="members (at least 2)"
+        "--members",
+        type=_positive_int("--members", most=1_000),
+        default=5,
+        help="members (at least 2)",
     )
     _add_spec_args(et, data_help="OHLCV file (CSV or Parquet) to train the trading agents on")
     et.add_argument(
@@ -244,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     ee.add_argument("--split", help="train, validation, test or all (default test; trading only)")
     ee.add_argument(
         "--episodes",
-        type=_positive_int("--episodes"),
+        type=_positive_int("--episodes", most=1_000_000),
         help="greedy episodes (Gymnasium envs only; default 10)",
     )
     ee.add_argument(
@@ -435,8 +451,17 @@ def _check_search_dir(path: Path, study_name: str, storage: str | None, force: b
 
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
+    # A training run or an ensemble is never a search's directory, --force or not.
+    other = [n for n in ("config.yaml", "ensemble.json", "checkpoints") if (path / n).exists()]
+    if other:
+        raise ConfigError(
+            f"--run-dir {path} holds a training run or an ensemble ({', '.join(other)}): give "
+            "the search a directory of its own"
+        )
+    # A search that completed no trial leaves trials.csv (its pruning reasons) but no results:
+    # the corrected retry may write over it.
     held = [n for n in ("best_config.yaml", "trials.csv") if (path / n).is_file()]
-    if force or not held:
+    if force or not (path / "best_config.yaml").is_file():
         return
     try:
         recorded = json.loads((path / STUDY_FILE).read_text())
@@ -457,11 +482,6 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
     spec = _spec_from_args(args)
     if args.run_dir:
         _check_search_dir(Path(args.run_dir), args.study_name, args.storage, args.force)
-    else:
-        log.warning(
-            "no --run-dir: trials.csv and best_config.yaml are not written (the summary below "
-            "is all that remains, besides --storage)"
-        )
     best = run_hyperopt(
         spec,
         n_trials=args.trials,
@@ -472,6 +492,11 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
         # What the user set explicitly stays as set; the search tunes the rest.
         fixed={k for k in _overrides(args.overrides) if "." not in k},
     )
+    if not args.run_dir:  # said after the search, so a refused input stays one line
+        log.warning(
+            "no --run-dir: trials.csv and best_config.yaml were not written (the summary below "
+            "is all that remains, besides --storage)"
+        )
     print(json.dumps(best, indent=2))
     return 0
 
@@ -583,7 +608,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"foxhunt: {_interrupted(err, args, how)}", file=sys.stderr)
         return 128 + signal.SIGTERM if sigterm else 130
     except OSError as err:  # the filesystem said no: a path the user chose, a full disk
-        where = f": {err.filename}" if err.filename else ""
+        # os.replace(temp, target) (an atomic write) names the temp file first: the target is
+        # the path the user knows.
+        path = err.filename2 or err.filename
+        where = f": {path}" if path else ""
         what = err.strerror or _one_line(err)
         print(f"foxhunt: error: {what}{where}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -417,11 +417,25 @@ class DQNHyperparameters(BaseModel):
 _CONFIG_DIR = Path(__file__).parent / "presets"
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """What a YAML error says is wrong, and where (line and column, 1-based), in one line:
+    its first line alone is only the context ("while parsing a flow sequence")."""
+    problem = getattr(err, "problem", None)
+    mark = getattr(err, "problem_mark", None)
+    if problem:
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        context = getattr(err, "context", None)
+        return f"{problem}{where}" + (f" ({context})" if context else "")
+    return str(err).splitlines()[0] if str(err) else "invalid YAML"
+
+
 def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
     """Read a YAML mapping, with errors naming the file.
 
     With ``flatten`` a sectioned run file yields just its ``hyperparameters`` section.
     """
+    if path.is_dir():
+        raise ConfigError(f"config file must be a YAML file, got a directory: {path}")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
@@ -429,8 +443,7 @@ def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
     except DuplicateKeyError as err:
         raise ConfigError(f"config file {path}: {err}") from None
     except yaml.YAMLError as err:
-        first = str(err).splitlines()[0] if str(err) else "invalid YAML"
-        raise ConfigError(f"config file {path} is not valid YAML: {first}") from None
+        raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(err)}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text") from None
     if data is None:
@@ -467,8 +480,9 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yaml.load(raw, Loader=_YamlLoader)
     except yaml.YAMLError as err:
         if raw.lstrip().startswith(("[", "{")):  # meant as a list or mapping, not a string
-            first = str(err).splitlines()[0] if str(err) else "invalid YAML"
-            raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML: {first}") from None
+            raise ConfigError(
+                f"--set {key}: value {raw!r} is not valid YAML: {_yaml_problem(err)}"
+            ) from None
         value = raw
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key} must be finite, got: {raw!r}")

@@ -21,6 +21,12 @@ log = logging.getLogger("foxhunt.health")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def _is_power_of_ten(n: int) -> bool:
+    while n >= 10 and n % 10 == 0:
+        n //= 10
+    return n == 1
+
+
 @dataclass
 class HealthEvent:
     """One monitor firing."""
@@ -39,6 +45,7 @@ class HealthMonitor:
     max_abs_reward: float = 0.0
     initial_q_abs_max: float | None = None  # max |Q| at the first optimizer step
     collapse_run: int = 0
+    divergent_run: int = 0  # consecutive optimizer steps over the Q bound
     events: list[HealthEvent] = field(default_factory=list)
 
     def check_env_step(self, obs: np.ndarray, rewards: np.ndarray, env_steps: int) -> None:
@@ -114,13 +121,20 @@ class HealthMonitor:
             self.initial_q_abs_max = q_abs_max
         bound = self.q_bound
         if (math.isfinite(q_abs_max) and q_abs_max > bound) or not math.isfinite(q_abs_max):
-            self._fire(
-                "q_divergence",
-                f"Q divergence: max |Q| = {q_abs_max:.4g} exceeds bound {bound:.4g}",
-                env_steps,
-                optimizer_steps,
-                hp.q_divergence_policy,
-            )
+            self.divergent_run += 1
+            # Said at the 1st, 10th, 100th, ... step of a divergent run: under the "warn" policy
+            # one line per optimizer step buried the progress display.
+            if _is_power_of_ten(self.divergent_run):
+                run = f" ({self.divergent_run} steps in a row)" if self.divergent_run > 1 else ""
+                self._fire(
+                    "q_divergence",
+                    f"Q divergence: max |Q| = {q_abs_max:.4g} exceeds bound {bound:.4g}{run}",
+                    env_steps,
+                    optimizer_steps,
+                    hp.q_divergence_policy,
+                )
+        else:
+            self.divergent_run = 0
         if pre_clip_norm < hp.grad_collapse_threshold:
             self.collapse_run += 1
             if self.collapse_run == hp.grad_collapse_steps:

@@ -146,7 +146,13 @@ class MetricLogger:
 
     def _prepare_resume(self, truncate_after_env_steps: int | None) -> None:
         """Check the header, drop a torn last line and rows past the checkpoint, atomically."""
-        text = self.csv_path.read_text(encoding="utf-8")
+        try:
+            text = self.csv_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise FoxhuntError(
+                f"cannot resume {self.csv_path}: it is not UTF-8 text (byte {err.start}); "
+                "restore the run's metrics file"
+            ) from None
         if not text:
             atomic_write_bytes(self.csv_path, self._header.encode())
             return

@@ -280,6 +280,11 @@ def load_spec(run_dir: Path) -> RunSpec:
     if not run_dir.is_dir():
         raise FoxhuntError(f"run directory not found: {run_dir}")
     if not path.is_file():
+        if (run_dir / "ensemble-plan.json").is_file():
+            raise FoxhuntError(
+                f"{run_dir} is an ensemble whose training stopped part way: finish it with "
+                f"`foxhunt ensemble resume {run_dir}`"
+            )
         raise FoxhuntError(f"not a foxhunt run directory (no config.yaml): {run_dir}")
     data = load_config_dict(path, flatten=False)
     try:
@@ -727,7 +732,9 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
             )
     for p in (meta_path, weights):
         if not p.is_file():
-            raise FoxhuntError(f"run directory has no trained model: {p} is missing")
+            unfinished = (run_dir / "checkpoints").is_dir()
+            hint = f" (training stopped early: `foxhunt resume {run_dir}`)" if unfinished else ""
+            raise FoxhuntError(f"run directory has no trained model: {p} is missing{hint}")
     meta = read_json_object(meta_path, "model description")
     if meta.get("format") != "foxhunt-model" or meta.get("format_version") != 1:
         raise FoxhuntError(

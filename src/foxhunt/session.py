@@ -161,8 +161,8 @@ def _train_loop(
             trainer.logger.close()
         trainer.close()
     _finish(trainer, run_dir, summary)
-    if progress:
-        print_summary({k: v for k, v in summary.items() if not isinstance(v, list)})
+    # Printed with or without the live display: it is where the run went and what it did.
+    print_summary({k: v for k, v in summary.items() if not isinstance(v, list)})
     return summary
 
 
@@ -266,11 +266,10 @@ def _fresh_run(
         spec.total_env_steps,
         hp.effective_batch_size,
     )
-    if progress:
-        print(
-            f"foxhunt: run {run_dir} | effective batch size {hp.effective_batch_size} "
-            f"({hp.batch_size} x {hp.gradient_accumulation_steps})"
-        )
+    print(
+        f"foxhunt: run {run_dir} | effective batch size {hp.effective_batch_size} "
+        f"({hp.batch_size} x {hp.gradient_accumulation_steps})"
+    )
     return _train_loop(trainer, spec, run_dir, spec.total_env_steps, progress)
 
 
@@ -413,6 +412,8 @@ def check_evaluation_options(
         return 10
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ConfigError(f"episodes must be a positive integer, got: {episodes!r}")
+    if episodes > 1_000_000:  # the seed list alone would exhaust memory long before the end
+        raise ConfigError(f"episodes must be at most 1,000,000, got: {episodes:,}")
     return episodes
 
 
