@@ -442,6 +442,11 @@ def test_cli_probe_findings_are_one_line_errors(run: Path, tmp_path: Path) -> No
         foxhunt("train", "--env", "CartPole-v1", "--config", str(bad), cwd=tmp_path),
         "expected ',' or ']', but got '<stream end>' at line 2, column 1",
     )
+    one_line(
+        foxhunt("data", "synth", "--out", "m.csv", "--bars", "1", cwd=tmp_path),
+        "--bars must be at least 2, got: 1",
+    )
+    assert not (tmp_path / "m.csv").exists()
     stopped = tmp_path / "stopped"
     stopped.mkdir()
     (stopped / "ensemble-plan.json").write_text('{"members": 2}')

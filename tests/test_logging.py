@@ -243,6 +243,7 @@ def test_forced_terminal_progress_renders_metrics() -> None:
     assert display.live
     for step in range(1, 1001):
         display.update(step, {"loss": 0.125, "epsilon": 0.5, "eval_return": None})
+    display.update(1000, {"grad_norm_pre_clip": 12.0, "grad_norm_post_clip": 10.0})
     display.update(1000, {"eval_return": 7.5, "loss": None})  # None keeps the last loss
     display.close()
     display.close()
@@ -250,6 +251,8 @@ def test_forced_terminal_progress_renders_metrics() -> None:
     out = buffer.getvalue()
     assert "1000/1000" in out
     assert "loss 0.125" in out and "eps 0.5" in out and "eval 7.5" in out
+    # Norms, not a flag: the post-clip value is labelled as a norm.
+    assert "grad_norm 12" in out and "clipped_norm 10" in out
 
 
 @pytest.mark.parametrize("total", [1000, 7])

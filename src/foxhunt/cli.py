@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = dsub.add_parser("synth", help="write the synthetic regime-switching market to a CSV file")
     s.add_argument("--out", type=_path("--out"), required=True)
     s.add_argument("--seed", type=_seed("--seed"), default=0)
-    s.add_argument("--bars", type=_positive_int("--bars"))
+    s.add_argument("--bars", type=_positive_int("--bars"))  # >= 2: see cmd_data
     s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     ens = sub.add_parser(
         "ensemble", help="train and evaluate ensembles of independently seeded agents"
@@ -509,6 +509,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out must be a file path, got a directory: {out}")
     if out.exists() and not args.force:
         raise ConfigError(f"--out already exists: {out} (choose another path, or --force)")
+    if args.bars is not None and args.bars < 2:  # the config would name its field, n_bars
+        raise ConfigError(f"--bars must be at least 2, got: {args.bars}")
     config = SyntheticMarketConfig(n_bars=args.bars) if args.bars else None
     write_synthetic_csv(out, config, seed=args.seed)
     print(f"synthetic market written: {args.out}")

@@ -100,7 +100,7 @@ def _draw_returns(ax: Axes, frame: pd.DataFrame, x: str) -> None:
             ys.rolling(window, min_periods=1).mean(),
             color="tab:blue",
             linewidth=1.8,
-            label=f"rolling mean ({window} rows)",
+            label=f"rolling mean ({window} row{'s' if window != 1 else ''})",
         )
     if _has_data(frame, "eval_return"):
         xs, ys = _xy(frame, x, "eval_return")
