@@ -263,6 +263,15 @@ def _copy(root, tmp_path, csv: str):
     return run
 
 
+def _edited(root, csv: str, row: int, edit) -> list[str]:  # type: ignore[no-untyped-def]
+    """The lines of ``root / csv`` with line ``row``'s fields changed in place by ``edit``."""
+    lines = (root / csv).read_text().splitlines(keepends=True)
+    fields = lines[row].rstrip("\n").split(",")
+    edit(fields)
+    lines[row] = ",".join(fields) + "\n"
+    return lines
+
+
 def test_the_run_records_its_data(trained_on_600):
     import json
 
@@ -322,11 +331,12 @@ def test_revised_prices_on_the_same_bars_warn_on_evaluate(trained_on_600, tmp_pa
     from foxhunt.errors import DataError
     from foxhunt.session import evaluate_run, resume_training
 
-    lines = (trained_on_600 / "first600.csv").read_text().splitlines(keepends=True)
-    fields = lines[300].rstrip("\n").split(",")
-    fields[5] = str(float(fields[5]) + 1.0)  # one bar's volume revised
-    lines[300] = ",".join(fields) + "\n"
-    run = _copy(trained_on_600, tmp_path, lines)
+    def revise_volume(fields: list[str]) -> None:  # one bar's volume revised
+        fields[5] = str(float(fields[5]) + 1.0)
+
+    run = _copy(
+        trained_on_600, tmp_path, _edited(trained_on_600, "first600.csv", 300, revise_volume)
+    )
     with caplog.at_level("WARNING"):
         out = evaluate_run(run)
     assert "values differ (prices or volume) on the same 600 bars" in caplog.text
@@ -341,11 +351,11 @@ def test_a_revised_last_bar_and_new_bars_evaluate_on_the_trained_spans(
     """What a vendor's refreshed file looks like: the last bar corrected, new bars after it."""
     from foxhunt.session import evaluate_run
 
-    full = (trained_on_600 / "full.csv").read_text().splitlines(keepends=True)
-    fields = full[600].rstrip("\n").split(",")  # bar 599, the last one trained on
-    fields[4] = str((float(fields[2]) + float(fields[3])) / 2)  # its close revised (mid-range)
-    full[600] = ",".join(fields) + "\n"
-    run = _copy(trained_on_600, tmp_path, full)
+    def revise_close(fields: list[str]) -> None:  # its close revised (mid-range)
+        fields[4] = str((float(fields[2]) + float(fields[3])) / 2)
+
+    # Line 600 is bar 599, the last one trained on.
+    run = _copy(trained_on_600, tmp_path, _edited(trained_on_600, "full.csv", 600, revise_close))
     with caplog.at_level("WARNING"):
         out = evaluate_run(run)
     assert "100 bars were appended and values of the 600 trained bars revised" in caplog.text
@@ -358,12 +368,12 @@ def test_a_bar_moved_inside_the_span_is_refused_not_taken_for_revised_prices(
     from foxhunt.errors import DataError
     from foxhunt.session import evaluate_run
 
-    lines = (trained_on_600 / "first600.csv").read_text().splitlines(keepends=True)
-    fields = lines[300].split(",")
-    stamp = fields[0]  # one bar's time moves by a minute: same rows, same first and last bar
-    fields[0] = stamp[:-2] + ("01" if stamp[-2:] == "00" else "00")
-    lines[300] = ",".join(fields)
-    run = _copy(trained_on_600, tmp_path, lines)
+    def move_by_a_minute(fields: list[str]) -> None:  # same rows, same first and last bar
+        fields[0] = fields[0][:-2] + ("01" if fields[0][-2:] == "00" else "00")
+
+    run = _copy(
+        trained_on_600, tmp_path, _edited(trained_on_600, "first600.csv", 300, move_by_a_minute)
+    )
     with pytest.raises(DataError, match="moved, removed or inserted"):
         evaluate_run(run)
 

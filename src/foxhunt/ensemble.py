@@ -339,8 +339,8 @@ def _finish_ensemble(
 
     if not distributed.current().is_main:
         return paths  # data-parallel worker: rank 0 writes the directory
+    _check_same_data(paths)  # before anything is written: a refused ensemble stays as it was
     atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
-    _check_same_data(paths)
     record = paths[0] / DATA_FILE  # every member trained on the same market (just checked)
     if record.is_file():
         atomic_write_text(run_dir / DATA_FILE, record.read_text(encoding="utf-8"))

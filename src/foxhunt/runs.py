@@ -351,7 +351,8 @@ def load_market_frame(spec: RunSpec, data_override: str | None = None) -> Any:
 def check_same_data(spec: RunSpec, recorded: dict[str, Any]) -> None:
     """Refuse, before anything trains, data that differs from ``recorded`` (a run's data.json):
     what resuming needs, without fitting the market."""
-    check_data_record(recorded, load_market_frame(spec), _data_label(spec), "resume")
+    frame = load_market_frame(spec)
+    check_data_record(recorded, frame, data_identity(frame), _data_label(spec), "resume")
 
 
 def build_trading(
@@ -382,14 +383,15 @@ def build_trading(
             f"got {n} in {source or 'the synthetic market'}"
         )
     train_end, val_end = split_bounds(n, m.train_fraction, m.validation_fraction)
+    identity = data_identity(df)  # hashed once: for the check and for the run's record
     bounds = None
     if recorded is not None and data_override is None:
-        bounds = check_data_record(recorded, df, _data_label(spec), purpose)
+        bounds = check_data_record(recorded, df, identity, _data_label(spec), purpose)
     if bounds is not None:  # the file grew: the spans stay where the run trained
         train_end, val_end = bounds
     else:
         check_split_sizes(n, train_end, val_end, m, config.window, source)
-    record = {**data_identity(df), "train_end": train_end, "val_end": val_end}
+    record = {**identity, "train_end": train_end, "val_end": val_end}
     try:
         market = prepare_market(
             df,
@@ -502,9 +504,14 @@ def read_data_record(run_dir: Path) -> dict[str, Any] | None:
 
 
 def check_data_record(
-    recorded: dict[str, Any], df: Any, where: str, purpose: Literal["evaluate", "resume"]
+    recorded: dict[str, Any],
+    df: Any,
+    now: dict[str, Any],
+    where: str,
+    purpose: Literal["evaluate", "resume"],
 ) -> tuple[int, int] | None:
-    """Compare the run's data now with what it trained on.
+    """Compare the run's data now (``df``, whose :func:`data_identity` is ``now``) with what
+    it trained on.
 
     Same data: None. Resume refuses any change (an exact continuation needs the same market).
     Evaluate accepts, with a warning, a file whose trained bars are still there at the same
@@ -513,14 +520,18 @@ def check_data_record(
     vendor's corrected last bar), or both. Bars removed, inserted or moved are refused, because
     the test span would no longer be the bars the run held out from training.
     """
-    now = data_identity(df)
     rows, old_rows = now["rows"], recorded["rows"]
     if now["sha256"] == recorded["sha256"] and rows == old_rows:
         return None
     covers = rows >= old_rows
-    values_kept = covers and _hash_rows(df, old_rows) == recorded["sha256"]
+    # The trained bars' hashes: the whole file's when it has as many rows (already computed).
+    grown = rows > old_rows
+    values_kept = (
+        covers and (_hash_rows(df, old_rows) if grown else now["sha256"]) == recorded["sha256"]
+    )
     if "index_sha256" in recorded:
-        times_kept = covers and _hash_index(df, old_rows) == recorded["index_sha256"]
+        old_times = _hash_index(df, old_rows) if grown else now["index_sha256"]
+        times_kept = covers and old_times == recorded["index_sha256"]
     else:  # a record from before the timestamps had their own hash: what it can tell
         same_ends = now["first"] == recorded["first"] and now["last"] == recorded["last"]
         times_kept = values_kept or (rows == old_rows and same_ends)

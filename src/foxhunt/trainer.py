@@ -620,6 +620,7 @@ class DQNTrainer:
                 f"total_env_steps must be a positive integer, got: {total_env_steps!r}"
             )
         hp = self.hp
+        reached = final_env_steps(self.env_steps, total_env_steps, hp.n_envs)
         if total_env_steps <= self.env_steps:
             log.warning(
                 "learn(%d): the total counts from the start of training and %d env steps are "
@@ -628,12 +629,12 @@ class DQNTrainer:
                 total_env_steps,
                 self.env_steps,
             )
-        elif hp.learning_starts > final_env_steps(self.env_steps, total_env_steps, hp.n_envs):
+        elif hp.learning_starts > reached:
             log.warning(
                 "learning_starts %d > the %d env steps this run reaches: no optimizer step will "
                 "run and the model stays untrained (raise the total or lower learning_starts)",
                 hp.learning_starts,
-                final_env_steps(self.env_steps, total_env_steps, hp.n_envs),
+                reached,
             )
         self.total_env_steps = total_env_steps
         progress = self._make_progress(total_env_steps)
