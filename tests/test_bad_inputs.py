@@ -724,6 +724,19 @@ MODEL_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
         lambda r: edit_json(r / "model.json", lambda m: m["hyperparameters"].update(n_envs=True)),
         ("model.json", "n_envs must be an integer", "True"),
     ),
+    (
+        "env-interface-wrong-size",
+        lambda r: edit_json(
+            r / "model.json",
+            lambda m: m.update(env_interface={"one_hot_observation": [3, 0], "action_start": 0}),
+        ),
+        ("model.json", "env_interface must be", "obs_dim (4)", "[3, 0]"),
+    ),
+    (
+        "env-interface-text",
+        lambda r: edit_json(r / "model.json", lambda m: m.update(env_interface="x")),
+        ("model.json", "env_interface must be", "'x'"),
+    ),
     ("nan-weights", _poison_weights, ("model.safetensors", "non-finite", "tensor '")),
 ]
 

@@ -150,6 +150,76 @@ def test_discrete_observations_are_one_hot_for_instances_and_factories() -> None
             trainer.close()
 
 
+class _Cells(gym.Env):
+    """Discrete(5, start=10) states, Discrete(3, start=1) actions; action 2 pays 1."""
+
+    observation_space = gym.spaces.Discrete(5, start=10)
+    action_space = gym.spaces.Discrete(3, start=1)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        self.s = 10
+        return self.s, {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        assert self.action_space.contains(action), action
+        self.s = 10 + (self.s - 9) % 5
+        return self.s, float(action == 2), False, self.s == 14, {}
+
+
+@pytest.mark.parametrize("vector_env", ["sync", "async"])
+def test_a_loaded_policy_takes_and_returns_the_envs_own_terms(tmp_path, vector_env: str) -> None:  # type: ignore[no-untyped-def]
+    """act() is the network's view (one-hot in, index out); predict() is the env's, and a saved
+    model keeps it, however the env was passed (async workers included)."""
+    import foxhunt
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(n_envs=2, vector_env=vector_env), _Cells)
+    try:
+        trainer.learn(200)
+        trainer.save(tmp_path / "model")
+        trained = trainer.agent
+        states = np.arange(10, 15)
+        one_hot = np.eye(5, dtype=np.float32)
+        expected = trained.greedy_actions(one_hot) + 1  # network index i is env action 1 + i
+        np.testing.assert_array_equal(trained.predict(states), expected)
+    finally:
+        trainer.close()
+    policy = foxhunt.load_model(tmp_path / "model")
+    np.testing.assert_array_equal(policy.predict(states), expected)
+    for s in states:
+        action = policy.predict(int(s))
+        assert isinstance(action, int) and _Cells.action_space.contains(action)
+        assert action == policy.act(one_hot[s - 10]) + 1
+    assert policy.predict(np.int64(12)) == expected[2]
+    with pytest.raises(ValueError, match=r"Discrete\(5, start=10\) \(10 to 14\).*got: 9"):
+        policy.predict(9)
+    with pytest.raises(ValueError, match="float32 array of shape \\(5,\\).*act\\(\\) takes"):
+        policy.predict(one_hot[0])  # the network's one-hot view is act()'s, not predict()'s
+    meta = json.loads((tmp_path / "model" / "model.json").read_text())
+    assert meta["env_interface"] == {"one_hot_observation": [5, 10], "action_start": 1}
+
+
+def test_models_saved_before_the_env_interface_act_as_before(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import foxhunt
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(), "CartPole-v1")
+    try:
+        trainer.learn(40)
+        trainer.save(tmp_path)
+    finally:
+        trainer.close()
+    meta_path = tmp_path / "model.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["env_interface"] == {"one_hot_observation": None, "action_start": 0}
+    del meta["env_interface"]
+    meta_path.write_text(json.dumps(meta))
+    policy = foxhunt.load_model(tmp_path)
+    obs = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    np.testing.assert_array_equal(policy.predict(obs), policy.act(obs))
+
+
 class _Image(gym.Env):
     observation_space = gym.spaces.Box(0, 255, (3, 4, 4), np.uint8)
     action_space = gym.spaces.Discrete(2)

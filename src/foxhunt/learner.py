@@ -28,6 +28,7 @@ from torch.optim import optimizer as torch_optimizer
 from foxhunt import losses
 from foxhunt.batch import Batch
 from foxhunt.config import DQNHyperparameters
+from foxhunt.envs.gym_envs import EnvInterface
 from foxhunt.errors import ConfigError
 from foxhunt.networks import QNetwork
 
@@ -261,6 +262,7 @@ class DQNAgent:
             torch.amp.GradScaler(self.device.type) if hp.mixed_precision == "fp16" else None
         )
         self.rng = np.random.default_rng(hp.seed + 104729)
+        self.env_interface = EnvInterface()  # set by the trainer, saved with the model
         self.optimizer_steps = 0
         self.skipped_steps = 0
         self.consecutive_skips = 0
@@ -524,8 +526,8 @@ class DQNAgent:
             return arr, False
         one = ", ".join(map(str, self.obs_shape))
         hint = (
-            " (the agent sees a Discrete observation one-hot encoded: "
-            "foxhunt.envs.gym_envs.OneHotObservation)"
+            " (the network sees a Discrete observation one-hot encoded; predict() takes the "
+            "env's own observation)"
             if arr.ndim == 0
             else ""
         )
@@ -558,6 +560,20 @@ class DQNAgent:
         else:
             greedy = self.greedy_actions(batch)
             actions = greedy if randoms is None else np.where(explore, randoms, greedy)
+        return int(actions[0]) if single else actions
+
+    def predict(self, observation: Any) -> np.ndarray | int:
+        """The greedy action in the env's own terms, for one observation (an int back) or a
+        batch: a Discrete observation is the env's state index, not the network's one-hot vector,
+        and the action is the env's (``Discrete(n, start)`` counts from ``start``). Noise is off.
+        ``act`` is the network's view, which the training loop uses."""
+        batch, single = self._as_batch(self.env_interface.observations(observation))
+        if self.online_net.training:
+            with self.evaluation():
+                greedy = self.greedy_actions(batch)
+        else:
+            greedy = self.greedy_actions(batch)
+        actions = self.env_interface.actions(greedy)
         return int(actions[0]) if single else actions
 
     @contextlib.contextmanager

@@ -690,6 +690,8 @@ def save_model(
         "obs_shape": list(agent.obs_shape),
         "n_actions": agent.n_actions,
         "n_regimes": agent.online_net.n_regimes,
+        # How the env's own observations and actions map to the network's (predict()).
+        "env_interface": agent.env_interface.to_dict(),
         "hyperparameters": agent.hp.to_dict(),
     }
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
@@ -811,7 +813,41 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
             raise FoxhuntError(f"{weights}: tensor {k!r} holds non-finite values (NaN or inf)")
     agent.online_net.load_state_dict(state)
     agent.online_net.eval()
+    agent.env_interface = _env_interface(meta, meta_path, dims)
     return agent
+
+
+def _env_interface(meta: dict[str, Any], meta_path: Path, dims: dict[str, int]) -> Any:
+    """model.json's env_interface (absent from models saved before it was recorded: the env's
+    terms were the network's), checked against the network it describes."""
+    from foxhunt.envs.gym_envs import EnvInterface
+
+    raw = meta.get("env_interface")
+    if raw is None:
+        return EnvInterface()
+    one_hot = raw.get("one_hot_observation") if isinstance(raw, dict) else None
+    start = raw.get("action_start") if isinstance(raw, dict) else None
+    valid = (
+        isinstance(raw, dict)
+        and set(raw) == {"one_hot_observation", "action_start"}
+        and type(start) is int
+        and (
+            one_hot is None
+            or (
+                isinstance(one_hot, list)
+                and len(one_hot) == 2
+                and all(type(v) is int for v in one_hot)
+                and one_hot[0] == dims["obs_dim"]
+            )
+        )
+    )
+    if not valid:
+        raise FoxhuntError(
+            f"{meta_path}: env_interface must be {{'one_hot_observation': null or [n, start] "
+            f"with n = obs_dim ({dims['obs_dim']}), 'action_start': an integer}}, got: "
+            f"{raw!r:.80}"
+        )
+    return EnvInterface(None if one_hot is None else (one_hot[0], one_hot[1]), start)
 
 
 def model_policy(agent: Any):  # type: ignore[no-untyped-def]

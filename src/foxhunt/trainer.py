@@ -28,6 +28,7 @@ import torch
 from foxhunt import distributed
 from foxhunt.batch import split_sizes
 from foxhunt.config import DQNHyperparameters
+from foxhunt.envs.gym_envs import EnvInterface
 from foxhunt.errors import ConfigError
 from foxhunt.health import HealthMonitor
 from foxhunt.learner import DQNAgent
@@ -315,6 +316,7 @@ class DQNTrainer:
                     f"and actions {act_space}, got {ev_obs} and {ev_act}"
                 )
         self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
+        self.agent.env_interface = EnvInterface.from_metadata(self.envs.metadata)
         self.device = self.agent.device
         self._counterfactual_envs = self._augmentation_envs() if hp.action_augmentation else None
         self.dist = distributed.current()

@@ -6,12 +6,78 @@ Every place that builds an env from an id (training, evaluation, ensembles, sear
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from foxhunt.errors import ConfigError
+
+
+ONE_HOT_KEY = "foxhunt_one_hot_observation"
+ACTION_START_KEY = "foxhunt_action_start"
+
+
+@dataclass(frozen=True)
+class EnvInterface:
+    """How the env's own observations and actions map to the Q-network's: a ``Discrete(n,
+    start)`` observation becomes a one-hot vector, network action ``i`` is env action
+    ``action_start + i``. Saved with a model, so a loaded policy acts on what the env gives and
+    returns what the env takes (``DQNAgent.predict``)."""
+
+    one_hot: tuple[int, int] | None = None
+    """``(n, start)`` of a Discrete observation space the network sees one-hot; None: as is."""
+    action_start: int = 0
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any] | None) -> EnvInterface:
+        """The interface :func:`prepare_env`'s wrappers recorded in an env's (or a vector
+        env's) metadata."""
+        meta = metadata or {}
+        one_hot = meta.get(ONE_HOT_KEY)
+        return cls(
+            None if one_hot is None else (int(one_hot[0]), int(one_hot[1])),
+            int(meta.get(ACTION_START_KEY, 0)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "one_hot_observation": None if self.one_hot is None else list(self.one_hot),
+            "action_start": self.action_start,
+        }
+
+    def observations(self, observation: Any) -> np.ndarray:
+        """The env's observation (or a batch of them) as the network takes it."""
+        if self.one_hot is None:
+            return np.asarray(observation)
+        n, start = self.one_hot
+        index = np.asarray(observation)
+        if index.dtype.kind not in "iu":  # a float one-hot vector is the network's view: act()
+            raise ValueError(
+                f"observation must be the env's Discrete({n}, start={start}) state (an integer) "
+                f"or an array of them, got: {_describe(observation)} (act() takes the one-hot "
+                "vector)"
+            )
+        cells = index.astype(np.int64) - start
+        if index.ndim > 1 or ((cells < 0) | (cells >= n)).any():
+            raise ValueError(
+                f"observation must be in Discrete({n}, start={start}) ({start} to "
+                f"{start + n - 1}), one or a 1-d array, got: {_describe(observation)}"
+            )
+        return np.eye(n, dtype=np.float32)[cells]
+
+    def actions(self, indices: np.ndarray) -> np.ndarray:
+        """Network action indices as the env's actions."""
+        return indices + self.action_start if self.action_start else indices
+
+
+def _describe(value: Any) -> str:
+    """A value for an error line: arrays by dtype and shape (their repr spans lines)."""
+    if isinstance(value, np.ndarray) and value.ndim:
+        return f"a {value.dtype} array of shape {value.shape}"
+    return f"{value!r:.80}"
 
 
 class OneHotObservation(gym.ObservationWrapper):
@@ -26,6 +92,9 @@ class OneHotObservation(gym.ObservationWrapper):
             raise ConfigError(f"OneHotObservation needs a Discrete observation space, got: {space}")
         self._n, self._start = int(space.n), int(space.start)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (self._n,), np.float32)
+        # Recorded in the metadata, which vector envs (async ones too) pass on, so a saved model
+        # can take the env's own observations: see EnvInterface.
+        self.metadata = {**env.metadata, ONE_HOT_KEY: [self._n, self._start]}
 
     def observation(self, observation: Any) -> np.ndarray:
         out = np.zeros(self._n, dtype=np.float32)
@@ -45,6 +114,7 @@ class ActionIndex(gym.ActionWrapper):
             raise ConfigError(f"ActionIndex needs a Discrete action space, got: {space}")
         self._start = space.start
         self.action_space = gym.spaces.Discrete(int(space.n))
+        self.metadata = {**env.metadata, ACTION_START_KEY: int(space.start)}
 
     def action(self, action: Any) -> Any:
         return self._start + int(action)
