@@ -194,7 +194,7 @@ def test_a_loaded_policy_takes_and_returns_the_envs_own_terms(tmp_path, vector_e
     assert policy.predict(np.int64(12)) == expected[2]
     with pytest.raises(ValueError, match=r"Discrete\(5, start=10\) \(10 to 14\).*got: 9"):
         policy.predict(9)
-    with pytest.raises(ValueError, match="float32 array of shape \\(5,\\).*act\\(\\) takes"):
+    with pytest.raises(ValueError, match=r"float32 array of shape \(5,\).*act\(\) takes"):
         policy.predict(one_hot[0])  # the network's one-hot view is act()'s, not predict()'s
     meta = json.loads((tmp_path / "model" / "model.json").read_text())
     assert meta["env_interface"] == {"one_hot_observation": [5, 10], "action_start": 1}

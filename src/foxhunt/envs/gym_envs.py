@@ -15,7 +15,6 @@ import numpy as np
 
 from foxhunt.errors import ConfigError
 
-
 ONE_HOT_KEY = "foxhunt_one_hot_observation"
 ACTION_START_KEY = "foxhunt_action_start"
 
