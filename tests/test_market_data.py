@@ -912,3 +912,106 @@ def test_vendor_column_names(tmp_path, header, row):
     df = load_ohlcv(write(tmp_path, header + "\n" + "\n".join(lines) + "\n"))
     assert list(df.index) == days
     assert df.iloc[0].tolist() == [1.0, 2.0, 0.5, 1.5, 10.0]
+
+
+# --- a second probe of vendors' exports ------------------------------------------------------
+@pytest.mark.parametrize(("freq", "per_year"), [("MS", 12), ("QS", 4), ("h", None)])
+def test_day_month_order_both_sorted_follows_the_steady_pace(tmp_path, caplog, freq, per_year):
+    """Bars dated the 1st (or a UK intraday file of days 1-10) read in time order both ways;
+    the wrong reading steps a day at a time and then jumps, the right one keeps its pace."""
+    start = "2010-01-01" if per_year else "2021-03-01"
+    stamps = pd.date_range(start, periods=120 if per_year else 240, freq=freq)
+    layout = "%d/%m/%Y" if per_year else "%d/%m/%Y %H:%M"
+    rows = [f"{t.strftime(layout)},1,2,0.5,1.5" for t in stamps]
+    df = load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert list(df.index) == list(stamps)
+    assert f"dates read as {layout}, whose spacing is regular" in caplog.text
+
+
+def test_two_digit_years_are_never_in_the_future(tmp_path):
+    days = pd.bdate_range("1960-01-04", "1971-12-31")
+    rows = [f"{d:%m/%d/%y},1,2,0.5,1.5" for d in days]  # 60-68 were read as 2060-2068
+    df = load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert list(df.index) == list(days)
+    text = "date,open,high,low,close\n02-Jan-62,1,2,0.5,1.5\n03-Jan-62,1,2,0.5,1.5\n"
+    assert load_ohlcv(write(tmp_path, text, "b.csv")).index[0] == pd.Timestamp("1962-01-02")
+    this_year = pd.Timestamp.now().year % 100
+    text = f"date,open,high,low,close\n02-Jan-{this_year:02d},1,2,0.5,1.5\n"
+    assert load_ohlcv(write(tmp_path, text, "c.csv"), min_rows=1).index[0].year >= 2000
+
+
+def test_typed_decimal_columns_are_numbers_not_text(tmp_path):
+    """Parquet's decimal128 arrives as Decimal objects: under German headers '100.000' was
+    taken for one hundred thousand."""
+    from decimal import Decimal
+
+    frame = pd.DataFrame(
+        {
+            "Datum": pd.date_range("2020-01-01", periods=3),
+            "Eröffnung": [Decimal("100.000"), Decimal("100.126"), Decimal("99.994")],
+            "Hoch": [Decimal("100.539"), Decimal("100.392"), Decimal("101.045")],
+            "Tief": [Decimal("99.707"), Decimal("99.936"), Decimal("99.659")],
+            "Schluss": [Decimal("100.126"), Decimal("99.994"), Decimal("100.636")],
+        }
+    )
+    path = tmp_path / "bars.parquet"
+    frame.to_parquet(path)
+    for source in (path, frame):
+        df = load_ohlcv(source)
+        assert df["open"].tolist() == [100.0, 100.126, 99.994]
+        assert df["high"].iloc[0] == 100.539
+
+
+def test_cryptocompare_volumefrom_is_the_base_volume(tmp_path, caplog):
+    text = (
+        "time,high,low,open,volumefrom,volumeto,close\n"
+        "1672531200,11,9,10,763.96,32126760.4,10.5\n"
+        "1672617600,12,10,10.5,551.73,23171086.3,11\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["volume"].tolist() == [763.96, 551.73]
+    assert "volume read from 'volumefrom' (also found 'volumeto')" in caplog.text
+
+
+def test_a_long_metadata_block_before_the_header_is_skipped(tmp_path):
+    meta = "".join(f"Field{i},value{i}\n" for i in range(12))
+    text = (
+        meta
+        + "Dates,PX_OPEN,PX_HIGH,PX_LOW,PX_LAST,PX_VOLUME\n"
+        + "\n".join(
+            ["01/02/2020,60.0,60.32,59.82,60.08,60130", "01/03/2020,60.08,60.24,59.96,60.0,76608"]
+        )
+    )
+    df = load_ohlcv(write(tmp_path, text + "\n"))
+    assert df["close"].tolist() == [60.08, 60.0] and df.index[1] == pd.Timestamp("2020-01-03")
+
+
+def test_an_unreadable_date_column_falls_back_to_another_timestamp_column(tmp_path, caplog):
+    text = (
+        "Unix Timestamp,Date,Symbol,Open,High,Low,Close,Volume BTC\n"
+        "1576234800000,2019-12-13 11-AM,BTCUSD,6234.7,6308.45,6210.87,6286.85,530.1\n"
+        "1576238400000,2019-12-13 12-PM,BTCUSD,6286.85,6334.55,6224.21,6300.1,317.5\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2019-12-13 11:00"), pd.Timestamp("2019-12-13 12:00")]
+    assert "cannot parse timestamp '2019-12-13 11-AM'" in caplog.text
+    assert "timestamps read from column 'Unix Timestamp' instead" in caplog.text
+    with pytest.raises(DataError) as err:  # no other column reads: the preferred one's error
+        load_ohlcv(write(tmp_path, text.replace("1576238400000", "x"), "b.csv"))
+    assert_one_line(err, "'Date' row 1: cannot parse timestamp '2019-12-13 11-AM'")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Datum;Zeit;Eröffnung;Hoch;Tief;Schluss\n"
+        "13.03.2021;09:00;150,00;150,81;149,56;150,19\n13.03.2021;09:15;150,19;150,59;149,90;149,99\n",
+        "date,minute,high,low,open,close\n"
+        "2021-03-13,09:00,150.81,149.56,150.00,150.19\n2021-03-13,09:15,150.59,149.90,150.19,149.99\n",
+    ],
+    ids=["german-zeit", "iex-minute"],
+)
+def test_localised_and_vendor_time_of_day_columns_are_joined(tmp_path, text):
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2021-03-13 09:00"), pd.Timestamp("2021-03-13 09:15")]
+    assert df["open"].tolist() == [150.0, 150.19]

@@ -13,6 +13,7 @@ has one (files written by :func:`foxhunt.markets.synthetic.write_synthetic_csv`)
 from __future__ import annotations
 
 import csv
+import decimal
 import gzip
 import logging
 import math
@@ -146,6 +147,9 @@ _DATE_ONLY_ALIASES = (
     "trading date",
     "day",
 )
+# A time-of-day column beside a date-only one (German, French, Spanish, Italian, Dutch exports;
+# IEX's intraday "minute").
+_TIME_OF_DAY_ALIASES = ("time", "zeit", "uhrzeit", "heure", "hora", "ora", "tijd", "minute")
 _MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
 # Relative slack for the high/low consistency checks: values written to CSV with limited
 # precision may disagree in the last digits; anything larger is a real data error.
@@ -180,9 +184,22 @@ def _stamp(ts: pd.Timestamp) -> str:
     return str(ts.date()) if ts == ts.normalize() else str(ts)
 
 
+def _typed_decimals(frame: pd.DataFrame) -> pd.DataFrame:
+    """Columns of ``decimal.Decimal`` values (Parquet's decimal128, SQL exports) as floats: they
+    are typed numbers, not text, so no decimal-mark guess may touch them (under German headers
+    ``Decimal('100.000')`` would otherwise read as one hundred thousand)."""
+    for col in frame.columns:
+        if frame[col].dtype != object:
+            continue
+        present = frame[col].dropna()
+        if len(present) and all(isinstance(v, decimal.Decimal) for v in present):
+            frame[col] = pd.to_numeric(frame[col].map(float, na_action="ignore"))
+    return frame
+
+
 def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if isinstance(source, pd.DataFrame):
-        return source.copy(), "<DataFrame>"
+        return _typed_decimals(source.copy()), "<DataFrame>"
     if not isinstance(source, str | Path):
         raise DataError(
             f"<{type(source).__name__}>: expected a file path or a pandas DataFrame, "
@@ -205,7 +222,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         raise DataError(f"{label}: file is empty")
     try:
         if suffix in (".parquet", ".pq"):
-            frame = pd.read_parquet(path)
+            frame = _typed_decimals(pd.read_parquet(path))
             if isinstance(frame.index, pd.MultiIndex):  # (symbol, date): levels become columns
                 frame = frame.reset_index()
         else:
@@ -298,8 +315,9 @@ def _header_names(line: str) -> int:
 
 def _leading_comments(lines: list[str]) -> int:
     """Lines before the header: blank, starting with '#', or a single field (the URL line that
-    CryptoDataDownload puts first, a title); or a title holding a delimiter (``Apple Inc.,
-    daily prices``) when a later line among the first few is the header and it is not."""
+    CryptoDataDownload puts first, a title); or lines holding a delimiter (a title such as
+    ``Apple Inc., daily prices``, Bloomberg's ``Security,AAPL US Equity`` block) when a later
+    line among the first 40 is the header and they are not."""
     n = 0
     for line in lines:
         text = line.strip()
@@ -309,7 +327,9 @@ def _leading_comments(lines: list[str]) -> int:
     if n >= len(lines):
         return 0
     if _header_names(lines[n]) < 3:
-        for k in range(n + 1, min(n + 5, len(lines))):
+        # Bloomberg and broker exports put a block of "Field,value" lines (security, dates,
+        # currency, ...) before the header: look past a good many of them.
+        for k in range(n + 1, min(n + 40, len(lines))):
             if _header_names(lines[k]) >= 3:
                 return k
     return n
@@ -437,11 +457,18 @@ _VOLUME_QUALIFIERS = frozenset(
 _VOLUME_INDICATORS = frozenset({"SMA", "EMA", "WMA", "OBV", "AVG", "OSC", "RSI", "VWAP", "MACD"})
 
 
+def _volume_words(col: object) -> list[str]:
+    """A column name's words; CryptoCompare's ``volumefrom`` / ``volumeto`` (base and quote
+    volume) count as ``volume from`` / ``volume to``."""
+    text = re.sub(r"(?i)\b(volume)(from|to)\b", r"\1 \2", str(col))
+    return re.sub(r"[()\[\]_\-/]", " ", text).split()
+
+
 def _plain_volume_name(col: object) -> bool:
     """``Volume BTC``, ``volume_usd``, ``base_volume``, ``quote_asset_volume``: a volume in some
     unit. Not ``Volume MA``, ``Up Volume``, ``Relative Volume``, ``taker_buy_base_asset_volume``:
     indicators and partial volumes would feed the volume feature something else."""
-    words = re.sub(r"[()\[\]_\-/]", " ", str(col)).split()
+    words = _volume_words(col)
     if not {"volume", "vol"} & {w.lower() for w in words}:
         return False
     for word in words:
@@ -460,9 +487,8 @@ def _volume_variant(frame: pd.DataFrame, label: str) -> object | None:
     candidates = [col for col in frame.columns if _plain_volume_name(col)]
     if not candidates:
         return None
-    base = [
-        c for c in candidates if not {"quote", "usd", "usdt", "usdc", "eur"} & set(_norm(c).split())
-    ]
+    quote = {"quote", "to", "usd", "usdt", "usdc", "eur"}
+    base = [c for c in candidates if not quote & {w.lower() for w in _volume_words(c)}]
     chosen = (base or candidates)[0]
     if len(candidates) > 1:
         log.warning(
@@ -490,8 +516,9 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     has = {alias for alias in _TIMESTAMP_ALIASES if alias in by_norm}
     # Separate date and time columns (MetaTrader, MetaStock/Stooq exports) are joined into one.
     date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
-    if date_alias and "time" in has and not has & {"timestamp", "datetime", "date time"}:
-        dcol, tcol = by_norm[date_alias], by_norm["time"]
+    time_alias = next((a for a in _TIME_OF_DAY_ALIASES if a in by_norm), None)
+    if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
+        dcol, tcol = by_norm[date_alias], by_norm[time_alias]
         joined = frame[dcol].astype(str).str.strip() + " " + _clock_times(frame[tcol])
         return joined.reset_index(drop=True), f"{dcol}+{tcol}"
     for alias in _TIMESTAMP_ALIASES:
@@ -506,6 +533,25 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
         f"{label}: no timestamp column (looked for date, datetime, time, timestamp or a "
         f"DatetimeIndex; found: {seen})"
     )
+
+
+def _other_timestamps(
+    frame: pd.DataFrame, failed: str, label: str, err: DataError
+) -> tuple[pd.DatetimeIndex, str]:
+    """The first other timestamp column (by ``_TIMESTAMP_ALIASES``) that parses, when the
+    preferred one did not; else the preferred column's error."""
+    used = set(failed.split("+"))
+    for alias in _TIMESTAMP_ALIASES[:-1]:
+        col = next((c for c in frame.columns if _norm(c) == alias and str(c) not in used), None)
+        if col is None:
+            continue
+        try:
+            parsed = _parse_timestamps(frame[col].reset_index(drop=True), label, str(col))
+        except DataError:
+            continue
+        log.warning("%s; timestamps read from column %r instead", str(err).rstrip("."), col)
+        return parsed, str(col)
+    raise err
 
 
 # (format, smallest, largest) of integer timestamps that spell a calendar date.
@@ -666,15 +712,28 @@ def _guess_format(first: str, dayfirst: bool) -> str | None:
 
 
 def _four_digit_years(text: pd.Series) -> pd.Series:
-    """01/02/23 -> 01/02/2023 (POSIX %y: 69-99 are 19xx, 00-68 are 20xx), so that one format can
-    be inferred for the whole column; pandas infers none for two-digit years and would parse
-    each value on its own, day-first here and month-first there."""
+    """01/02/23 -> 01/02/2023, so that one format can be inferred for the whole column; pandas
+    infers none for two-digit years and would parse each value on its own, day-first here and
+    month-first there. A year is 20yy unless that lies in the future (beyond next year), then
+    19yy: prices are history, so 62 is 1962, where POSIX's %y (00-68 are 20xx) gives 2062."""
+    latest = pd.Timestamp.now().year + 1
 
     def widen(m: re.Match[str]) -> str:
         yy = int(m.group(3))
-        return f"{m.group(1)}{1900 + yy if yy >= 69 else 2000 + yy}"
+        return f"{m.group(1)}{2000 + yy if 2000 + yy <= latest else 1900 + yy}"
 
     return text.str.replace(_TWO_DIGIT_YEAR, widen, n=1, regex=True)
+
+
+def _spacing_spread(stamps: pd.DatetimeIndex) -> float:
+    """How irregular the gaps between bars are: the mean absolute log of each gap over the
+    median gap (0 for a steady pace; calendar months score ~0.03, weekday bars ~0.2, days
+    1-12 of each month read as months ~0.5)."""
+    gaps = np.abs(np.diff(stamps.asi8)).astype(np.float64)
+    gaps = gaps[gaps > 0]
+    if not len(gaps):
+        return 0.0
+    return float(np.mean(np.abs(np.log(gaps / np.median(gaps)))))
 
 
 def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex | None:
@@ -725,6 +784,21 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
             ]
             if len(ordered) == 1:
                 return ordered[0][1]
+            if len(ordered) == 2:
+                # Both sorted (bars dated the 1st, or days 1-12 only): bars come at a steady
+                # pace, a wrong reading steps a day at a time and then jumps a month or a year.
+                spread = [_spacing_spread(r[1]) for r in ordered]
+                if abs(spread[0] - spread[1]) > 0.1:
+                    pick = int(np.argmin(spread))
+                    log.warning(
+                        "%s: column %r: dates read as %s, whose spacing is regular; every value "
+                        "also reads as %s (day and month both <= 12), irregularly spaced",
+                        label,
+                        column,
+                        ordered[pick][0],
+                        ordered[1 - pick][0],
+                    )
+                    return ordered[pick][1]
             log.warning(
                 "%s: column %r: dates read as %s; every value also reads as %s (day and month "
                 "both <= 12): check the dates, or write ISO dates (2023-01-31)",
@@ -875,12 +949,18 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     ``Volume``/``Vol.``/``v``; ``Adj Close``, ``Price`` or ``Last`` only when there is no close,
     tick volume or a qualified volume such as ``Volume BTC`` only when there is no volume).
     Timestamps come from a date/datetime/time/timestamp (or ``Gmt time``, ``Local time``,
-    ``<DTYYYYMMDD>``, ...) column, separate date + time columns (a digits-only time is HHMM when
-    every value fits, else HHMMSS) or a DatetimeIndex. ISO 8601 strings are read as such (offsets
+    ``<DTYYYYMMDD>``, ...) column, separate date + time columns (``Time``, ``Zeit``, ``Heure``,
+    IEX's ``minute``, ...; a digits-only time is HHMM when every value fits, else HHMMSS) or a
+    DatetimeIndex. Decimal-typed columns (Parquet's decimal128) are numbers, never re-read as
+    text. ISO 8601 strings are read as such (offsets
     converted to UTC); other strings are read with ONE format for the whole column, inferred from
-    the first value month-first, then day-first (day-first first for dd.mm.yyyy), two-digit years
-    included, 12-hour clocks too; a column of times without dates, or dates without a year, is
-    refused. Integers are YYYYMMDD[HHMM[SS]] or a year, else unix epochs whose unit (s/ms/us/ns)
+    the first value month-first, then day-first (day-first first for dd.mm.yyyy; when both read
+    every row in time order, the one whose bars keep a steady pace, with a logged warning),
+    two-digit years included (never in the future: 62 is 1962), 12-hour clocks too; a column of
+    times without dates, or dates without a year, is refused. When the preferred timestamp
+    column cannot be read and another one can (CryptoDataDownload's ``Unix Timestamp`` beside
+    ``2019-12-13 11-AM``), the other is used, with a logged warning. Integers are
+    YYYYMMDD[HHMM[SS]] or a year, else unix epochs whose unit (s/ms/us/ns)
     is read from each value's magnitude (a change of unit part way is logged); small numbers (a
     row index) are refused. A title line before the header is skipped. Numbers may carry
     thousands separators or K/M/B suffixes; the decimal mark is read from the numbers themselves
@@ -906,7 +986,12 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     n = len(frame)
     if n < min_rows:
         raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
-    timestamps = _parse_timestamps(ts_raw, label, ts_column)
+    try:
+        timestamps = _parse_timestamps(ts_raw, label, ts_column)
+    except DataError as err:
+        # CryptoDataDownload's older files write "2019-12-13 11-AM" under Date and the same
+        # time under "Unix Timestamp": a second timestamp column that reads is used, and said.
+        timestamps, ts_column = _other_timestamps(frame, ts_column, label, err)
     cols = [found[c] for c in OHLCV_COLUMNS if c in found]
     if frame.attrs.get("delimiter", ",") == ",":
         # A comma-delimited file can only carry decimal commas inside quotes ("16.769,36", as
