@@ -227,9 +227,53 @@ def test_newest_first_file_is_reversed_and_errors_keep_file_rows(tmp_path, caplo
 
 
 def test_headerless_file_is_named_as_such(tmp_path):
-    with pytest.raises(DataError) as err:
-        load_ohlcv(write(tmp_path, "\n".join(GOOD_ROWS) + "\n"))
+    with pytest.raises(DataError) as err:  # too few columns to read by position
+        load_ohlcv(write(tmp_path, "2020-01-01,10,11,9\n2020-01-02,10,11,9\n"))
     assert_one_line(err, "bars.csv", "looks like data, not a header")
+
+
+@pytest.mark.parametrize(
+    ("text", "first"),
+    [
+        # Binance klines (data.binance.vision): open time ms, OHLCV, close time, quote volume...
+        (
+            "1672531200000,20000.0,20108.54,19944.73,20025.16,405.35,1672534799999,8117123.4,"
+            "123,202.67,4058561.7,0\n1672534800000,20025.16,20090.48,19980.34,19998.73,922.09,"
+            "1672538399999,18440563.9,123,461.04,9220281.9,0\n",
+            "2023-01-01 00:00",
+        ),
+        # Kraken OHLCVT: seconds, OHLC, volume, trades.
+        (
+            "1609459200,300,301.6,299.1,300.3,763.9,10\n1609545600,300.3,301,299.8,299.9,551.7,11\n",
+            "2021-01-01",
+        ),
+        # MetaTrader 4 history export: date, time, OHLC, volume.
+        (
+            "2020.01.06,00:00,300,301.6,299.1,300.3,763.9\n2020.01.06,01:00,300.3,301,299.8,299.9,551.7\n",
+            "2020-01-06 00:00",
+        ),
+        # NinjaTrader: yyyyMMdd HHmmss;o;h;l;c;v.
+        (
+            "20200106 093100;300;301.6;299.1;300.3;763.9\n"
+            "20200106 093200;300.3;301;299.8;299.9;551.7\n",
+            "2020-01-06 09:31",
+        ),
+    ],
+    ids=["binance", "kraken", "metatrader4", "ninjatrader"],
+)
+def test_headerless_vendor_files_are_read_by_position(tmp_path, caplog, text, first):
+    df = load_ohlcv(write(tmp_path, text))
+    assert df.index[0] == pd.Timestamp(first)
+    assert df["open"].iloc[1] == df["close"].iloc[0] and df["high"].iloc[0] > df["low"].iloc[0]
+    assert df["volume"].iloc[0] in (405.35, 763.9)  # the sixth field, not a later column
+    assert "no header row; columns read by position as" in caplog.text
+
+
+def test_a_headerless_file_in_another_order_is_refused_with_a_hint(tmp_path):
+    text = "1609459200,299.1,301.6,300,300.3,763.9\n1609545600,299.8,301,300.3,299.9,551.7\n"
+    with pytest.raises(DataError) as err:  # Coinbase's API order: time, low, high, open, close
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "bars.csv", "no header row", "read by position")
 
 
 @pytest.mark.parametrize(

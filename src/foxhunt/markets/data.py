@@ -197,6 +197,27 @@ def _typed_decimals(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _headerless(frame: pd.DataFrame, first_line: str) -> bool:
+    """Whether pandas took a data row for the header: most labels are numbers or dates, none a
+    known column name, and there are enough columns for time + open/high/low/close."""
+    labels = list(frame.columns)
+    data_like = sum(_looks_like_data(c) for c in labels)
+    return len(labels) >= 5 and data_like >= len(labels) - 2 and _header_names(first_line) == 0
+
+
+def _positional_names(frame: pd.DataFrame) -> list[str]:
+    """Column names by position for a file without a header: ``time, open, high, low, close[,
+    volume]`` (Binance klines, Kraken OHLCVT, NinjaTrader), or ``date, time, open, ...`` when
+    the second field is a time of day (MetaTrader's history export). Later columns (Binance's
+    close time, quote volume, trades, ...) are kept under neutral names and not used. The OHLC
+    checks refuse a file whose order differs (high would fall below low)."""
+    n = len(frame.columns)
+    second = frame.iloc[:, 1].astype(str).str.strip()
+    lead = ["date", "time"] if second.str.fullmatch(_TIME_OF_DAY).all() else ["timestamp"]
+    names = [*lead, "open", "high", "low", "close", "volume"][:n]
+    return names + [f"column {i + 1}" for i in range(len(names), n)]
+
+
 def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if isinstance(source, pd.DataFrame):
         return _typed_decimals(source.copy()), "<DataFrame>"
@@ -247,15 +268,25 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                         f"{label}: cannot read file: not text (neither UTF-8, UTF-16 nor "
                         "Windows-1252)"
                     ) from None
+            commented = [
+                line for line in head[:skip] if line.startswith("#") and _header_names(line) >= 3
+            ]
+            if not commented and _headerless(frame, head[skip] if skip < len(head) else ""):
+                frame = _read_csv(path, sep, dtype, encoding, skip, label, header=None)
+                frame.columns = _positional_names(frame)
+                frame.attrs["positional"] = True
+                log.warning(
+                    "%s: no header row; columns read by position as %s (the layout of "
+                    "Binance, Kraken, MetaTrader and NinjaTrader exports)",
+                    label,
+                    ", ".join(c for c in frame.columns if not c.startswith("column ")),
+                )
             # Rows with every field empty at the end of a file (Excel writes ",,,,,") carry
             # nothing; any other row with a missing value is still refused.
             filled = frame.notna().to_numpy().any(axis=1)
             if len(frame) and not filled[-1]:
                 frame = frame.iloc[: int(np.flatnonzero(filled)[-1]) + 1 if filled.any() else 0]
             frame.attrs["delimiter"] = sep
-            commented = [
-                line for line in head[:skip] if line.startswith("#") and _header_names(line) >= 3
-            ]
             if commented:
                 frame.attrs["commented_header"] = commented[-1]
             frame = _yfinance_layout(frame, label)
@@ -270,7 +301,13 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def _read_csv(
-    path: Path, sep: str, dtype: type | None, encoding: str, skip: int, label: str
+    path: Path,
+    sep: str,
+    dtype: type | None,
+    encoding: str,
+    skip: int,
+    label: str,
+    header: int | None = 0,
 ) -> pd.DataFrame:
     with warnings.catch_warnings(record=True) as caught:
         # index_col=False: data rows with a trailing delimiter the header lacks must not turn
@@ -284,6 +321,7 @@ def _read_csv(
             encoding=encoding,
             skiprows=skip,
             index_col=False,
+            header=header,
         )
     if any(issubclass(w.category, pd.errors.ParserWarning) for w in caught):
         # Some row has more fields than the header: pandas dropped the extras. Harmless when
@@ -960,16 +998,18 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     times without dates, or dates without a year, is refused. When the preferred timestamp
     column cannot be read and another one can (CryptoDataDownload's ``Unix Timestamp`` beside
     ``2019-12-13 11-AM``), the other is used, with a logged warning. Integers are
-    YYYYMMDD[HHMM[SS]] or a year, else unix epochs whose unit (s/ms/us/ns)
-    is read from each value's magnitude (a change of unit part way is logged); small numbers (a
-    row index) are refused. A title line before the header is skipped. Numbers may carry
-    thousands separators or K/M/B suffixes; the decimal mark is read from the numbers themselves
-    (in comma-delimited files, from the quoted ones), and from localised headers (``Datum``,
-    ``Zuletzt``, ``Eröffn.``, ``Clôture``, ``Máximo``, ...) or a ``;`` delimiter when the numbers
-    do not settle it (see :func:`_decimal_comma`). A
-    file whose rows are all newest-first is reversed (with a logged warning); a missing volume
-    column, or one of only ``-`` placeholders, becomes zeros (logged). A file holding several
-    instruments (a symbol/ticker column with more than one value) is refused.
+    YYYYMMDD[HHMM[SS]] or a year, else unix epochs whose unit (s/ms/us/ns) is read from each
+    value's magnitude (a change of unit part way is logged); small numbers (a row index) are
+    refused. A title line before the header is skipped. A file without a header row (Binance
+    klines, Kraken OHLCVT, MetaTrader and NinjaTrader exports) is read by position as time (or
+    date, time), open, high, low, close[, volume], with a logged warning. Numbers may carry
+    thousands separators or K/M/B suffixes; the decimal mark is read from the numbers
+    themselves (in comma-delimited files, from the quoted ones), and from localised headers
+    (``Datum``, ``Zuletzt``, ``Eröffn.``, ``Clôture``, ``Máximo``, ...) or a ``;`` delimiter
+    when the numbers do not settle it (see :func:`_decimal_comma`). A file whose rows are all
+    newest-first is reversed (with a logged warning); a missing volume column, or one of only
+    ``-`` placeholders, becomes zeros (logged). A file holding several instruments (a
+    symbol/ticker column with more than one value) is refused.
 
     Raises :class:`DataError` (one line: file, column, row, value) for anything it cannot trust:
     missing columns, rows with more fields than the header, unparseable or missing timestamps,
@@ -1078,12 +1118,17 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
         ("low", lo > o * (1 + _OHLC_RTOL), "is above open", o),
         ("low", lo > c * (1 + _OHLC_RTOL), "is above close", c),
     )
+    positional = (
+        " (the file has no header row, so its columns were read by position: add a header)"
+        if frame.attrs.get("positional")
+        else ""
+    )
     for canon, bad, relation, other in checks:
         if bad.any():
             pos = int(np.argmax(bad))
             raise DataError(
                 f"{label}: column {names[canon]!r} {where(pos)}: {canon} "
-                f"{_fmt(values[canon][pos])} {relation} {_fmt(other[pos])}"
+                f"{_fmt(values[canon][pos])} {relation} {_fmt(other[pos])}{positional}"
             )
     negative = values["volume"] < 0
     if negative.any():
