@@ -1059,3 +1059,24 @@ def test_localised_and_vendor_time_of_day_columns_are_joined(tmp_path, text):
     df = load_ohlcv(write(tmp_path, text))
     assert list(df.index) == [pd.Timestamp("2021-03-13 09:00"), pd.Timestamp("2021-03-13 09:15")]
     assert df["open"].tolist() == [150.0, 150.19]
+
+
+@pytest.mark.parametrize(
+    "footer",
+    [
+        '"Downloaded from Barchart.com as of 02-24-2021 04:00pm CST"',
+        '"Highest: 3,456.00","Lowest: 2,800.00","Difference: 656.00","Average: 3,100.12","x"',
+        ",,,,Total,14987720",
+    ],
+    ids=["barchart", "investing", "totals-row"],
+)
+def test_a_vendor_footer_is_skipped_but_a_broken_last_bar_is_not(tmp_path, caplog, footer):
+    text = HEADER + "\n".join(GOOD_ROWS) + "\n" + footer + "\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert len(df) == 3 and df["close"].iloc[-1] == 11.5
+    assert "the last row holds no bar" in caplog.text and "skipped as a footer" in caplog.text
+    # A last bar with a timestamp but missing prices is data gone wrong: refused, as before.
+    truncated = HEADER + "\n".join(GOOD_ROWS) + "\n2020-01-04,11.5,12\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, truncated, "b.csv"))
+    assert_one_line(err, "b.csv", "row 4")

@@ -573,6 +573,20 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     )
 
 
+def _footer_rows(frame: pd.DataFrame, found: dict[str, object]) -> int:
+    """How many rows at the end (at most 3) hold fewer than four readable prices: a vendor's
+    footer or a totals row, never a bar. Only dropped when the timestamps then read."""
+    count = 0
+    for pos in range(len(frame) - 1, max(len(frame) - 4, 0), -1):
+        cells = [frame[found[c]].iloc[pos] for c in _PRICE_COLUMNS]
+        text = [re.sub(r"[\s,'$€£\u00a0]", "", str(v)) for v in cells if not pd.isna(v)]
+        numbers = sum(bool(re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", t)) for t in text)
+        if numbers >= 4:
+            break
+        count += 1
+    return count if count < len(frame) else 0
+
+
 def _other_timestamps(
     frame: pd.DataFrame, failed: str, label: str, err: DataError
 ) -> tuple[pd.DatetimeIndex, str]:
@@ -1015,7 +1029,9 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     missing columns, rows with more fields than the header, unparseable or missing timestamps,
     NaN/inf, non-positive prices, high below low/open/close, low above open/close, negative
     volume, unsorted or duplicate timestamps, and fewer than ``min_rows`` rows. Rows holding data
-    are never dropped, nor reordered silently.
+    are never dropped, nor reordered silently; up to three rows at the end with neither a
+    readable timestamp nor four prices (a vendor's footer, a totals row) are skipped, with a
+    logged warning.
     """
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise ConfigError(f"min_rows must be a positive integer, got {min_rows!r}")
@@ -1023,15 +1039,33 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     _one_instrument(frame, label)
     found = _find_columns(frame, label)
     ts_raw, ts_column = _timestamp_source(frame, label)
-    n = len(frame)
-    if n < min_rows:
-        raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
     try:
         timestamps = _parse_timestamps(ts_raw, label, ts_column)
     except DataError as err:
-        # CryptoDataDownload's older files write "2019-12-13 11-AM" under Date and the same
-        # time under "Unix Timestamp": a second timestamp column that reads is used, and said.
-        timestamps, ts_column = _other_timestamps(frame, ts_column, label, err)
+        footer = _footer_rows(frame, found)
+        try:
+            if not footer:
+                raise err
+            # A vendor's footer (Barchart's "Downloaded from ...", investing.com's "Highest:
+            # ...", a spreadsheet's totals row): no timestamp and no prices. Dropped, and said.
+            kept = frame.iloc[: len(frame) - footer]
+            ts_raw, ts_column = _timestamp_source(kept, label)
+            timestamps = _parse_timestamps(ts_raw, label, ts_column)
+            log.warning(
+                "%s: the last %s no bar (%s): skipped as a footer",
+                label,
+                "row holds" if footer == 1 else f"{footer} rows hold",
+                _fmt(" ".join(str(v) for v in frame.iloc[-footer].dropna())),
+            )
+            frame = kept
+        except DataError:
+            # CryptoDataDownload's older files write "2019-12-13 11-AM" under Date and the
+            # same time under "Unix Timestamp": a second timestamp column that reads is used,
+            # and said.
+            timestamps, ts_column = _other_timestamps(frame, ts_column, label, err)
+    n = len(frame)
+    if n < min_rows:
+        raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
     cols = [found[c] for c in OHLCV_COLUMNS if c in found]
     if frame.attrs.get("delimiter", ",") == ",":
         # A comma-delimited file can only carry decimal commas inside quotes ("16.769,36", as
