@@ -393,3 +393,26 @@ def test_the_trading_preset_or_regime_network_with_a_gym_env_names_its_source(
         build_spec(env="CartPole-v1", config_file=str(cfg))
     with pytest.raises(ConfigError, match=r"regime_conditional: true \(from --set\)"):
         build_spec(env="CartPole-v1", overrides={"regime_conditional": True})
+
+
+def test_shipped_configs_train_what_their_name_says() -> None:
+    """configs/cartpole.yaml without an env key trained the trading agent with CartPole values."""
+    from pathlib import Path
+
+    from foxhunt.runs import build_spec
+
+    for shipped in sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")):
+        spec = build_spec(config_file=str(shipped))
+        expected = "CartPole-v1" if shipped.stem.startswith("cartpole") else None
+        assert spec.env == expected, shipped
+
+
+def test_run_settings_given_twice_must_agree() -> None:
+    from foxhunt.runs import build_spec
+
+    with pytest.raises(ConfigError, match="--seed 5 and --set seed=7 disagree"):
+        build_spec(env="CartPole-v1", overrides={"seed": 7}, seed=5)
+    with pytest.raises(ConfigError, match="--total-steps 100 and --set total_env_steps=200"):
+        build_spec(env="CartPole-v1", overrides={"total_env_steps": 200}, total_steps=100)
+    spec = build_spec(env="CartPole-v1", overrides={"total_env_steps": 200, "seed": 3}, seed=3)
+    assert spec.total_env_steps == 200 and spec.hyperparameters.seed == 3

@@ -332,7 +332,7 @@ def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble, monkeypa
     assert {"agent", "buy & hold", "flat"} <= set(report["results"])
     assert set(out["members"]) == {"member-0", "member-1"}
     e = out["ensemble"]
-    assert e["decisions"] > 0 and e["fallback_action"] == 1  # (-1, 0, 1): index 1 is flat
+    assert e["decisions"] > 0 and e["fallback_action"] is None  # no max_std: no fallback
     assert 0.0 <= e["mean_disagreement"] <= 1.0
     assert e["mean_chosen_std"] > 0.0 and e["max_chosen_std"] >= e["mean_chosen_std"]
     assert e["fallback_rate"] == 0.0  # no max_std: never stands aside
@@ -340,6 +340,7 @@ def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble, monkeypa
     # max_std = 0 stands aside whenever members differ at all (always, here): the agent is flat.
     aside = evaluate_ensemble(run, split="test", max_std=0.0)
     assert aside["ensemble"]["fallback_rate"] == 1.0
+    assert aside["ensemble"]["fallback_action"] == 1  # (-1, 0, 1): index 1 is flat
     agent, flat = aside["metrics"]["agent"], aside["metrics"]["flat"]
     assert agent["exposure"] == 0.0
     assert agent["total_return"] == pytest.approx(flat["total_return"], abs=1e-12)

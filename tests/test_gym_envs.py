@@ -397,3 +397,53 @@ def test_evaluation_env_forms_and_their_failures(caplog: pytest.LogCaptureFixtur
                 trainer.evaluate(1)
     finally:
         trainer.close()
+
+
+def test_an_ensemble_predicts_in_the_envs_terms_and_members_must_agree_on_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import foxhunt
+    from foxhunt.ensemble import QEnsemble
+    from foxhunt.envs.gym_envs import EnvInterface
+    from foxhunt.trainer import DQNTrainer
+
+    for seed in (0, 1):
+        trainer = DQNTrainer(_hp(seed=seed), _Cells)
+        try:
+            trainer.learn(120)
+            trainer.save(tmp_path / f"m{seed}")
+        finally:
+            trainer.close()
+    ensemble = QEnsemble.from_run_dirs([tmp_path / "m0", tmp_path / "m1"])
+    states = np.arange(10, 15)
+    expected = ensemble.greedy_actions(np.eye(5, dtype=np.float32)) + 1
+    np.testing.assert_array_equal(ensemble.predict(states), expected)
+    assert ensemble.predict(12) == expected[2] and isinstance(ensemble.predict(12), int)
+    other = foxhunt.load_model(tmp_path / "m1")
+    other.env_interface = EnvInterface((5, 10), action_start=0)
+    with pytest.raises(ConfigError, match="member-1: its env's observations and actions map"):
+        QEnsemble([foxhunt.load_model(tmp_path / "m0"), other])
+
+
+def test_observations_of_the_wrong_kind_are_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import foxhunt
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(), "CartPole-v1")
+    try:
+        trainer.learn(40)
+        trainer.save(tmp_path / "cartpole")
+    finally:
+        trainer.close()
+    policy = foxhunt.load_model(tmp_path / "cartpole")
+    reset = gym.make("CartPole-v1").reset(seed=0)
+    with pytest.raises(ValueError, match=r"got: tuple \(env.reset\(\) returns \(obs, info\)"):
+        policy.predict(reset)
+    with pytest.raises(ValueError, match=r"array of numbers of shape \(4,\).*got: str"):
+        policy.act("abc")
+    with pytest.raises(ValueError, match=r"got: \(\)$"):  # no one-hot hint: a Box env
+        policy.predict(3)
+    cells = DQNTrainer(_hp(), _Cells)
+    try:
+        with pytest.raises(ValueError, match=r"got: a tuple \(obs, info\)"):
+            cells.agent.predict((10, {}))
+    finally:
+        cells.close()

@@ -161,7 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="no live progress display (the end summary still prints)",
     )
 
-    e = sub.add_parser("evaluate", help="backtest a trained trading agent; writes RUN_DIR/backtest")
+    e = sub.add_parser(
+        "evaluate",
+        help="backtest a trading run (writes RUN_DIR/backtest) or score a Gymnasium run "
+        "(writes RUN_DIR/evaluation.json)",
+    )
     e.add_argument("run_dir")
     e.add_argument(
         "--data",

@@ -115,8 +115,14 @@ class QEnsemble:
                         f"{regime_ref[1]}, got: {k}"
                     )
                 regime_ref = regime_ref or (label, k)
+            if agent.env_interface != ref.env_interface:
+                raise ConfigError(
+                    f"ensemble member {label}: its env's observations and actions map to the "
+                    f"network as {agent.env_interface}, {ref_label}'s as {ref.env_interface}"
+                )
         self.agents: list[DQNAgent] = agents
         self.names: list[str] = labels
+        self.env_interface = ref.env_interface
         self.obs_dim: int = ref.obs_dim
         self.n_actions: int = ref.n_actions
 
@@ -143,7 +149,13 @@ class QEnsemble:
     # --- values
     def _batch(self, obs: Any) -> np.ndarray:
         """Observations as ``[B, obs_dim]`` float32; one observation becomes a batch of one."""
-        x = np.asarray(obs, dtype=np.float32)
+        try:
+            x = np.asarray(obs, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"obs must be an array of numbers, {self.obs_dim} per observation, got: "
+                f"{type(obs).__name__}"
+            ) from None
         if x.ndim >= 2 and math.prod(x.shape[1:]) == self.obs_dim:
             return x.reshape(x.shape[0], self.obs_dim)
         if x.size == self.obs_dim:
@@ -178,6 +190,15 @@ class QEnsemble:
         values prefer actions the members agree on; a negative value is optimistic (UCB)."""
         k = _check_finite("risk_aversion", risk_aversion)
         return _lcb_argmax(*self.q_values(obs), k)
+
+    def predict(self, obs: Any, *, risk_aversion: float = 0.0) -> np.ndarray | int:
+        """:meth:`greedy_actions` in the env's own terms, like ``DQNAgent.predict``: a Discrete
+        observation is the env's state index, the action is the env's (``Discrete(n, start)``
+        counts from ``start``); one observation gives an int, a batch an array."""
+        x = self.env_interface.observations(obs)
+        single = x.shape == self.agents[0].obs_shape
+        actions = self.env_interface.actions(self.greedy_actions(x, risk_aversion=risk_aversion))
+        return int(actions[0]) if single else actions
 
     def disagreement(self, obs: Any, *, risk_aversion: float = 0.0) -> np.ndarray:
         """``[B]`` share of members whose own greedy action differs from the ensemble's choice."""
@@ -542,7 +563,9 @@ def evaluate_ensemble(
         name: bt.run_policy(span, model_policy(agent), config, name, periods_per_year=ppy).metrics
         for name, agent in zip(ensemble.names, ensemble.agents, strict=True)
     }
-    summary["ensemble"] = {**settings, "fallback_action": fallback_action, **rec.stats()}
+    # The flat default is only ever taken above max_std: without one there is no fallback.
+    active = fallback_action if max_std is not None else None
+    summary["ensemble"] = {**settings, "fallback_action": active, **rec.stats()}
     summary["members"] = members
     text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
     atomic_write_text(run_dir / "backtest" / ENSEMBLE_FILE, text)

@@ -519,7 +519,14 @@ class DQNAgent:
     def _as_batch(self, obs: np.ndarray) -> tuple[np.ndarray, bool]:
         """(a batch of observations, whether ``obs`` was a single one), judged by the env's
         observation shape, not by the number of dimensions (an image is one observation)."""
-        arr = np.asarray(obs)
+        try:
+            arr = np.asarray(obs, dtype=np.float32)
+        except (TypeError, ValueError):
+            reset = " (env.reset() returns (obs, info): pass obs)" if isinstance(obs, tuple) else ""
+            raise ValueError(
+                f"observation must be an array of numbers of shape {self.obs_shape} (one) or a "
+                f"batch of them, got: {type(obs).__name__}{reset}"
+            ) from None
         if arr.shape == self.obs_shape:
             return arr[None], True
         if arr.shape[1:] == self.obs_shape:
@@ -528,7 +535,7 @@ class DQNAgent:
         hint = (
             " (the network sees a Discrete observation one-hot encoded; predict() takes the "
             "env's own observation)"
-            if arr.ndim == 0
+            if arr.ndim == 0 and self.env_interface.one_hot is not None
             else ""
         )
         raise ValueError(

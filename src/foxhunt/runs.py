@@ -185,6 +185,18 @@ def build_spec(
     ``market``, ``trading`` and ``total_env_steps``.
     """
     overrides = dict(overrides or {})
+    # The run-level settings a config file holds are --set-able too; each given twice must agree.
+    for key, flag, value in (
+        ("seed", "--seed", seed),
+        ("total_env_steps", "--total-steps", total_steps),
+    ):
+        if value is not None and key in overrides and overrides[key] != value:
+            raise ConfigError(
+                f"{flag} {value!r} and --set {key}={overrides[key]!r} disagree; give one"
+            )
+    if total_steps is None and "total_env_steps" in overrides:
+        total_steps = overrides["total_env_steps"]
+    overrides.pop("total_env_steps", None)
     file_hp: dict[str, Any] = {}
     file_run: dict[str, Any] = {}
     if config_file is not None:

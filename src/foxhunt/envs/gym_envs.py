@@ -47,17 +47,21 @@ class EnvInterface:
             "action_start": self.action_start,
         }
 
-    def observations(self, observation: Any) -> np.ndarray:
+    def observations(self, observation: Any) -> Any:
         """The env's observation (or a batch of them) as the network takes it."""
         if self.one_hot is None:
-            return np.asarray(observation)
+            return observation  # the network's input already: checked by the agent
         n, start = self.one_hot
-        index = np.asarray(observation)
-        if index.dtype.kind not in "iu":  # a float one-hot vector is the network's view: act()
+        try:
+            index = np.asarray(observation)
+        except ValueError:  # ragged: (obs, info) from env.reset(), say
+            index = np.asarray(None)
+        if index.dtype.kind not in "iu":
+            # A float vector is likely the one-hot view the network takes: act()'s input.
+            hint = " (act() takes the one-hot vector)" if index.dtype.kind == "f" else ""
             raise ValueError(
                 f"observation must be the env's Discrete({n}, start={start}) state (an integer) "
-                f"or an array of them, got: {_describe(observation)} (act() takes the one-hot "
-                "vector)"
+                f"or an array of them, got: {_describe(observation)}{hint}"
             )
         cells = index.astype(np.int64) - start
         if index.ndim > 1 or ((cells < 0) | (cells >= n)).any():
@@ -76,6 +80,8 @@ def _describe(value: Any) -> str:
     """A value for an error line: arrays by dtype and shape (their repr spans lines)."""
     if isinstance(value, np.ndarray) and value.ndim:
         return f"a {value.dtype} array of shape {value.shape}"
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
+        return "a tuple (obs, info): env.reset() returns both, pass obs"
     return f"{value!r:.80}"
 
 
