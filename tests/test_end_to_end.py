@@ -115,4 +115,7 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert out["periods_per_year"] == ppy == out["metrics"]["agent"]["periods_per_year"]
     other = evaluate_run(run_dir, split="validation")
     assert other["periods_per_year"] == ppy
-    assert f"Annualised with {ppy:,.1f} bars per year" in (report / "report.md").read_text()
+    text = (report / "report.md").read_text()
+    assert f"Annualised with {ppy:,.6g} bars per year" in text
+    assert "Definitions: returns are per-bar log returns net of costs" in text
+    assert "Definitions: returns are per-bar log returns" in (report / "report.html").read_text()

@@ -471,7 +471,8 @@ def run_policy(
 def buy_and_hold(
     market: MarketArrays, config: TradingEnvConfig, *, periods_per_year: float | None = None
 ) -> BacktestResult:
-    """Hold 1.0 (fully long) from the first decision bar; pays one entry cost."""
+    """Hold 1.0 (fully long) from the first decision bar; pays the cost of moving there from
+    ``config``'s initial position (one unit from flat), and no exit cost."""
     return simulate_positions(
         market, np.ones(len(market)), config, "buy & hold", periods_per_year=periods_per_year
     )
@@ -686,7 +687,19 @@ def _jsonable(value: float) -> float | None:
 # Said in every report: the baselines are fixed strategies, not the agent's position set.
 _BASELINES_NOTE = (
     "Baselines trade the asset directly, whatever positions the agent may take: buy & hold holds "
-    "+1 throughout, flat holds cash; both pay the same costs."
+    "+1 throughout, flat holds cash; every strategy starts from the env's initial position and "
+    "pays the same cost per unit of position change (no exit cost at the end)."
+)
+# Said under every report's tables: the conventions a reader cannot guess from the numbers.
+_DEFINITIONS = (
+    "Definitions: returns are per-bar log returns net of costs; volatility, Sharpe (mean / std) "
+    "and Sortino (mean / root mean square of the losing bars, over all bars) are computed on "
+    "them, at a zero risk-free rate, and annualised by the square root of the bars per year; "
+    "Sortino is shown as 0 when no bar loses and Calmar (annualised return / max drawdown) as 0 "
+    "when there is no drawdown. Turnover is the mean |change of position| per bar, in units of "
+    "the position; hit rate is the share of bars holding a position whose net return is > 0. "
+    "Per-regime rows join that regime's bars end to end: their drawdown, Calmar and annualised "
+    "figures describe those bars alone, not a path any account lived through."
 )
 
 
@@ -732,7 +745,7 @@ def write_report(
     rate = (
         ""
         if ppy is None
-        else f"Annualised with {ppy:,.1f} bars per year (read from the data's timestamps)."
+        else f"Annualised with {ppy:,.6g} bars per year (read from the data's timestamps)."
     )
     rate = " ".join(part for part in (rate, _BASELINES_NOTE) if part)
     md = (
@@ -740,7 +753,7 @@ def write_report(
         + (f"{rate}\n\n" if rate else "")
         + f"{_markdown_table(header, overall)}\n\n## Per regime ({source} regimes)\n\n"
         + (f"{accuracy}\n\n" if accuracy else "")
-        + f"{_markdown_table(header, regimes)}\n"
+        + f"{_markdown_table(header, regimes)}\n\n{_DEFINITIONS}\n"
     )
     atomic_write_bytes(paths["markdown"], md.encode())
 
@@ -762,6 +775,7 @@ img {{ max-width: 100%; }}
 <h2>Per regime ({html.escape(source)} regimes)</h2>
 {f"<p>{html.escape(accuracy)}</p>" if accuracy else ""}
 {_html_table(header, regimes)}
+<p>{html.escape(_DEFINITIONS)}</p>
 </body></html>
 """
     atomic_write_bytes(paths["html"], page.encode())
