@@ -211,3 +211,22 @@ def test_trading_regimes_smoke(tmp_path: Path) -> None:
     assert pr["regime_conditional_minus_plain"] == pytest.approx(
         [by_variant["regime_conditional"] - by_variant["plain_dqn"]]
     )
+
+
+def test_classic_control_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    out = _run("classic_control", tmp_path)
+    rows = {(r["env"], r["config"]): r for r in out["results"]}
+    assert set(rows) == {
+        (env, config)
+        for env in ("Acrobot-v1", "MountainCar-v0")
+        for config in ("foxhunt classic", "foxhunt default", "sb3 default", "sb3 zoo")
+    }
+    for row in rows.values():
+        run = row["runs"][0]
+        assert run["train_wall_s"] > 0 and run["env_steps"] == 600
+        assert row["mean_greedy_return"] == run["greedy_return"] <= 0  # rewards are -1 a step
+    for env in ("Acrobot-v1", "MountainCar-v0"):
+        ratio = out["ratios"][f"{env}_foxhunt_classic_vs_sb3_zoo_wall_time"]
+        classic, zoo = rows[(env, "foxhunt classic")], rows[(env, "sb3 zoo")]
+        assert ratio == pytest.approx(classic["median_train_wall_s"] / zoo["median_train_wall_s"])

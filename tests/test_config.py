@@ -416,3 +416,16 @@ def test_run_settings_given_twice_must_agree() -> None:
         build_spec(env="CartPole-v1", overrides={"total_env_steps": 200}, total_steps=100)
     spec = build_spec(env="CartPole-v1", overrides={"total_env_steps": 200, "seed": 3}, seed=3)
     assert spec.total_env_steps == 200 and spec.hyperparameters.seed == 3
+
+
+def test_every_gymnasium_env_starts_from_the_classic_preset() -> None:
+    """The plain defaults learned nothing on Acrobot or MountainCar (BENCHMARKS §2)."""
+    from foxhunt.runs import build_spec, preset
+
+    classic = DQNHyperparameters.cartpole()
+    for env in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0"):
+        assert build_spec(env=env).hyperparameters == classic
+    assert preset("classic") == preset("cartpole") == classic
+    plain = build_spec(env="Acrobot-v1", preset_name="default").hyperparameters
+    assert plain == DQNHyperparameters() != classic
+    assert build_spec().hyperparameters == DQNHyperparameters.trading()

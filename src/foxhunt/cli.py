@@ -112,7 +112,12 @@ def _add_spec_args(p: argparse.ArgumentParser, *, data_help: str) -> None:
     p.add_argument(
         "--config", type=_path("--config"), help="YAML file of hyperparameters (flat or sectioned)"
     )
-    p.add_argument("--preset", help="default, conservative, rainbow, cartpole or trading")
+    p.add_argument(
+        "--preset",
+        help="classic (the default for Gymnasium envs; cartpole is the same), default (the plain "
+        "DQNHyperparameters defaults), conservative, rainbow or trading (the default without "
+        "--env)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
