@@ -75,6 +75,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "Traceback" not in out.stderr
     # --no-progress hides the live display only: where the run went and its summary still print.
     assert "foxhunt: run run |" in out.stdout and "training summary" in out.stdout
+    summary = json.loads((root / "run" / "summary.json").read_text())
+    # Where the best evaluation beat the last, the summary says how to score its weights.
+    hint = "--model best`" in out.stdout
+    assert hint == (summary["best_eval_return"] > summary["last_eval_return"])
     return root / "run"
 
 

@@ -163,6 +163,13 @@ def _train_loop(
     _finish(trainer, run_dir, summary)
     # Printed with or without the live display: it is where the run went and what it did.
     print_summary({k: v for k, v in summary.items() if not isinstance(v, list)})
+    best, last = summary.get("best_eval_return"), summary.get("last_eval_return")
+    if best is not None and last is not None and best > last:
+        # evaluate scores the final weights by default; say where the better ones are kept.
+        print(
+            f"foxhunt: the best evaluation ({best:.4g}) beat the last ({last:.4g}); its weights "
+            f"are kept: `foxhunt evaluate {run_dir} --model best`"
+        )
     return summary
 
 
