@@ -414,12 +414,16 @@ def test_run_settings_given_twice_must_agree() -> None:
         build_spec(env="CartPole-v1", overrides={"seed": 7}, seed=5)
     with pytest.raises(ConfigError, match="--total-steps 100 and --set total_env_steps=200"):
         build_spec(env="CartPole-v1", overrides={"total_env_steps": 200}, total_steps=100)
+    with pytest.raises(ConfigError, match=r"--seed 1 and --set seed=1\.0 disagree"):
+        build_spec(env="CartPole-v1", overrides={"seed": 1.0}, seed=1)
     spec = build_spec(env="CartPole-v1", overrides={"total_env_steps": 200, "seed": 3}, seed=3)
     assert spec.total_env_steps == 200 and spec.hyperparameters.seed == 3
 
 
 def test_every_gymnasium_env_starts_from_the_classic_preset() -> None:
     """The plain defaults learned nothing on Acrobot or MountainCar (BENCHMARKS §2)."""
+    from pathlib import Path
+
     from foxhunt.runs import build_spec, preset
 
     classic = DQNHyperparameters.cartpole()
@@ -429,3 +433,6 @@ def test_every_gymnasium_env_starts_from_the_classic_preset() -> None:
     plain = build_spec(env="Acrobot-v1", preset_name="default").hyperparameters
     assert plain == DQNHyperparameters() != classic
     assert build_spec().hyperparameters == DQNHyperparameters.trading()
+    # A flat run file's env and step budget are the run's: from_yaml takes the rest.
+    shipped = Path(__file__).parents[1] / "configs" / "cartpole.yaml"
+    assert DQNHyperparameters.from_yaml(shipped) == DQNHyperparameters.classic() == classic

@@ -116,6 +116,6 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     other = evaluate_run(run_dir, split="validation")
     assert other["periods_per_year"] == ppy
     text = (report / "report.md").read_text()
-    assert f"Annualised with {ppy:,.6g} bars per year" in text
+    assert f"Annualised with {ppy:,.2f}".rstrip("0").rstrip(".") + " bars per year" in text
     assert "Definitions: returns are per-bar log returns net of costs" in text
     assert "Definitions: returns are per-bar log returns" in (report / "report.html").read_text()

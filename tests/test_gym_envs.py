@@ -417,10 +417,19 @@ def test_an_ensemble_predicts_in_the_envs_terms_and_members_must_agree_on_them(t
     expected = ensemble.greedy_actions(np.eye(5, dtype=np.float32)) + 1
     np.testing.assert_array_equal(ensemble.predict(states), expected)
     assert ensemble.predict(12) == expected[2] and isinstance(ensemble.predict(12), int)
+    assert ensemble.predict([12, 13]).tolist() == expected[2:4].tolist()  # lists, like numpy
     other = foxhunt.load_model(tmp_path / "m1")
     other.env_interface = EnvInterface((5, 10), action_start=0)
     with pytest.raises(ConfigError, match="member-1: its env's observations and actions map"):
         QEnsemble([foxhunt.load_model(tmp_path / "m0"), other])
+    # A model saved before the interface was recorded takes its fellow members'.
+    meta_path = tmp_path / "m1" / "model.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["env_interface"]
+    meta_path.write_text(json.dumps(meta))
+    mixed = QEnsemble([foxhunt.load_model(tmp_path / "m1"), foxhunt.load_model(tmp_path / "m0")])
+    assert mixed.env_interface == EnvInterface((5, 10), action_start=1)
+    np.testing.assert_array_equal(mixed.predict(states), expected)
 
 
 def test_observations_of_the_wrong_kind_are_named(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1080,3 +1080,16 @@ def test_a_vendor_footer_is_skipped_but_a_broken_last_bar_is_not(tmp_path, caplo
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, truncated, "b.csv"))
     assert_one_line(err, "b.csv", "row 4")
+    # ... also when a footer follows it: the footer goes, the broken bar is still refused.
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, truncated + footer + "\n", "c.csv"))
+    assert_one_line(err, "c.csv", "row 4")
+
+
+def test_a_date_column_holding_the_time_is_not_joined_to_hour_and_minute_columns(tmp_path):
+    text = (
+        "date,open,high,low,close,volume,hour,minute\n"
+        "2023-01-02 10:00:00,2,2.5,1.9,2.1,10,10,0\n2023-01-02 11:00:00,2,2.5,1.9,2.1,10,11,0\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2023-01-02 10:00"), pd.Timestamp("2023-01-02 11:00")]

@@ -680,6 +680,11 @@ def _plot(results: Sequence[BacktestResult], title: str) -> bytes:
     return buf.getvalue()
 
 
+def _count(value: float) -> str:
+    """A bars-per-year figure in full: 252, 365.25, 6,261.43, 31,557,600."""
+    return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
 def _jsonable(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
@@ -695,8 +700,10 @@ _DEFINITIONS = (
     "Definitions: returns are per-bar log returns net of costs; volatility, Sharpe (mean / std) "
     "and Sortino (mean / root mean square of the losing bars, over all bars) are computed on "
     "them, at a zero risk-free rate, and annualised by the square root of the bars per year; "
-    "Sortino is shown as 0 when no bar loses and Calmar (annualised return / max drawdown) as 0 "
-    "when there is no drawdown. Turnover is the mean |change of position| per bar, in units of "
+    "annualised return is exp(mean x bars per year) - 1. Sharpe is shown as 0 when returns do "
+    "not vary, Sortino as 0 when no bar loses and Calmar (annualised return / max drawdown) as "
+    "0 when there is no drawdown; a strategy wiped out shows n/a for its log-return figures. "
+    "Turnover is the mean |change of position| per bar, in units of "
     "the position; hit rate is the share of bars holding a position whose net return is > 0. "
     "Per-regime rows join that regime's bars end to end: their drawdown, Calmar and annualised "
     "figures describe those bars alone, not a path any account lived through."
@@ -745,7 +752,7 @@ def write_report(
     rate = (
         ""
         if ppy is None
-        else f"Annualised with {ppy:,.6g} bars per year (read from the data's timestamps)."
+        else f"Annualised with {_count(ppy)} bars per year (read from the data's timestamps)."
     )
     rate = " ".join(part for part in (rate, _BASELINES_NOTE) if part)
     md = (

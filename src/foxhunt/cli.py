@@ -124,7 +124,7 @@ def _add_spec_args(p: argparse.ArgumentParser, *, data_help: str) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a hyperparameter (or trading.X / market.X); repeatable",
+        help="override a hyperparameter (or trading.X / market.X / total_env_steps); repeatable",
     )
     p.add_argument(
         "--total-steps", type=_positive_int("--total-steps"), help="environment steps to train for"
@@ -499,7 +499,7 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
         sampler_seed=args.sampler_seed,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         # What the user set explicitly stays as set; the search tunes the rest.
-        fixed={k for k in _overrides(args.overrides) if "." not in k},
+        fixed={k for k in _overrides(args.overrides) if "." not in k} - {"total_env_steps"},
     )
     if not args.run_dir:  # said after the search, so a refused input stays one line
         log.warning(

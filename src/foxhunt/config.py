@@ -398,6 +398,12 @@ class DQNHyperparameters(BaseModel):
         return cls(**{**load_config_dict(_CONFIG_DIR / "trading.yaml"), **overrides})
 
     @classmethod
+    def classic(cls, **overrides: Any) -> DQNHyperparameters:
+        """The ``classic`` preset every Gymnasium env trains from: :meth:`cartpole`'s tuned
+        configuration, which also solves Acrobot and MountainCar (BENCHMARKS.md §2)."""
+        return cls.cartpole(**overrides)
+
+    @classmethod
     def cartpole(cls, **overrides: Any) -> DQNHyperparameters:
         """A configuration that solves CartPole-v1 quickly on a CPU (see configs/cartpole.yaml)."""
         return cls(**{**load_config_dict(_CONFIG_DIR / "cartpole.yaml"), **overrides})
@@ -407,6 +413,9 @@ class DQNHyperparameters(BaseModel):
     def from_yaml(cls, path: str | Path, **overrides: Any) -> DQNHyperparameters:
         """Load a YAML file of hyperparameters (optionally under a ``hyperparameters:`` key)."""
         data = load_config_dict(Path(path))
+        # A flat run file (configs/cartpole.yaml) also names its env and step budget: those
+        # are the run's (foxhunt.runs.build_spec), not hyperparameters.
+        data = {k: v for k, v in data.items() if k not in _RUN_KEYS}
         unknown = [k for k in data if k not in cls.model_fields]
         if unknown:
             key = unknown[0]
@@ -427,6 +436,10 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
         context = getattr(err, "context", None)
         return f"{problem}{where}" + (f" ({context})" if context else "")
     return str(err).splitlines()[0] if str(err) else "invalid YAML"
+
+
+_RUN_KEYS = frozenset({"env", "total_env_steps", "market", "trading"})
+"""Keys of a run file that belong to the run, not to DQNHyperparameters."""
 
 
 def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:

@@ -115,14 +115,19 @@ class QEnsemble:
                         f"{regime_ref[1]}, got: {k}"
                     )
                 regime_ref = regime_ref or (label, k)
-            if agent.env_interface != ref.env_interface:
+        # The env's terms (predict): every member that recorded them must agree; models saved
+        # before they were recorded take the others'.
+        recorded = [(n, a.env_interface) for n, a in zip(labels, agents, strict=True)]
+        recorded = [(n, i) for n, i in recorded if i.known]
+        for label, interface in recorded[1:]:
+            if interface != recorded[0][1]:
                 raise ConfigError(
                     f"ensemble member {label}: its env's observations and actions map to the "
-                    f"network as {agent.env_interface}, {ref_label}'s as {ref.env_interface}"
+                    f"network as {interface}, {recorded[0][0]}'s as {recorded[0][1]}"
                 )
         self.agents: list[DQNAgent] = agents
         self.names: list[str] = labels
-        self.env_interface = ref.env_interface
+        self.env_interface = recorded[0][1] if recorded else ref.env_interface
         self.obs_dim: int = ref.obs_dim
         self.n_actions: int = ref.n_actions
 
@@ -196,7 +201,10 @@ class QEnsemble:
         observation is the env's state index, the action is the env's (``Discrete(n, start)``
         counts from ``start``); one observation gives an int, a batch an array."""
         x = self.env_interface.observations(obs)
-        single = x.shape == self.agents[0].obs_shape
+        try:
+            single = np.shape(x) == self.agents[0].obs_shape
+        except ValueError:  # ragged, e.g. env.reset()'s (obs, info): _batch names it
+            single = False
         actions = self.env_interface.actions(self.greedy_actions(x, risk_aversion=risk_aversion))
         return int(actions[0]) if single else actions
 

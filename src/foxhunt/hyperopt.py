@@ -338,7 +338,8 @@ def _open_study(
         diffs = _diff(stored, task)
         raise ConfigError(
             f"study_name {study_name!r} in storage {shown!r} was created for "
-            f"another run, got: {'; '.join(diffs[:3])} (use another --study-name)"
+            f"another run, got: {'; '.join(diffs[:3])} (use another --study-name; a study "
+            "made before Gymnasium envs trained from the classic preset needs --preset default)"
         )
     return study
 

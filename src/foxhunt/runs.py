@@ -121,7 +121,7 @@ def preset(name: str, **overrides: Any) -> DQNHyperparameters:
     if name == "rainbow":
         return DQNHyperparameters.rainbow(**overrides)
     if name in ("classic", "cartpole"):  # one configuration: tuned on CartPole, solves more
-        return DQNHyperparameters.cartpole(**overrides)
+        return DQNHyperparameters.classic(**overrides)
     if name == "trading":
         return DQNHyperparameters.trading(**overrides)
     raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got: {name!r}")
@@ -190,7 +190,8 @@ def build_spec(
         ("seed", "--seed", seed),
         ("total_env_steps", "--total-steps", total_steps),
     ):
-        if value is not None and key in overrides and overrides[key] != value:
+        given = overrides.get(key)
+        if value is not None and key in overrides and (given != value or type(given) is not int):
             raise ConfigError(
                 f"{flag} {value!r} and --set {key}={overrides[key]!r} disagree; give one"
             )
@@ -838,7 +839,7 @@ def _env_interface(meta: dict[str, Any], meta_path: Path, dims: dict[str, int]) 
 
     raw = meta.get("env_interface")
     if raw is None:
-        return EnvInterface()
+        return EnvInterface(known=False)
     one_hot = raw.get("one_hot_observation") if isinstance(raw, dict) else None
     start = raw.get("action_start") if isinstance(raw, dict) else None
     valid = (

@@ -29,6 +29,9 @@ class EnvInterface:
     one_hot: tuple[int, int] | None = None
     """``(n, start)`` of a Discrete observation space the network sees one-hot; None: as is."""
     action_start: int = 0
+    known: bool = True
+    """False for a model saved before the interface was recorded: it acts as the identity, and
+    an ensemble takes its members' recorded interface instead."""
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any] | None) -> EnvInterface:
@@ -58,7 +61,8 @@ class EnvInterface:
             index = np.asarray(None)
         if index.dtype.kind not in "iu":
             # A float vector is likely the one-hot view the network takes: act()'s input.
-            hint = " (act() takes the one-hot vector)" if index.dtype.kind == "f" else ""
+            vector = index.dtype.kind == "f" and index.ndim >= 1
+            hint = " (act() takes the one-hot vector)" if vector else ""
             raise ValueError(
                 f"observation must be the env's Discrete({n}, start={start}) state (an integer) "
                 f"or an array of them, got: {_describe(observation)}{hint}"

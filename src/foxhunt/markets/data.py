@@ -556,6 +556,12 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
     time_alias = next((a for a in _TIME_OF_DAY_ALIASES if a in by_norm), None)
     if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
+        # Only a column of dates takes a time of day: one that already holds the time (a
+        # "date" of 2023-01-02 10:00 beside hour and minute columns) is a timestamp itself.
+        dates = frame[by_norm[date_alias]].astype(str)
+        if dates.str.contains(r"\d{1,2}:\d{2}", regex=True).any():
+            time_alias = None
+    if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
         dcol, tcol = by_norm[date_alias], by_norm[time_alias]
         joined = frame[dcol].astype(str).str.strip() + " " + _clock_times(frame[tcol])
         return joined.reset_index(drop=True), f"{dcol}+{tcol}"
@@ -573,11 +579,20 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     )
 
 
-def _footer_rows(frame: pd.DataFrame, found: dict[str, object]) -> int:
-    """How many rows at the end (at most 3) hold fewer than four readable prices: a vendor's
-    footer or a totals row, never a bar. Only dropped when the timestamps then read."""
+def _footer_rows(
+    frame: pd.DataFrame, found: dict[str, object], stamps: pd.Series, label: str, column: str
+) -> int:
+    """How many rows at the end (at most 3) hold neither a timestamp that reads nor four
+    readable prices: a vendor's footer or a totals row, never a bar (a bar with a timestamp
+    and a missing price stops the count, and is refused later). Only dropped when the
+    timestamps then read."""
     count = 0
     for pos in range(len(frame) - 1, max(len(frame) - 4, 0), -1):
+        try:
+            _parse_timestamps(stamps.iloc[pos : pos + 1], label, column)
+            break  # a row with its own timestamp is a bar, broken or not
+        except DataError:
+            pass
         cells = [frame[found[c]].iloc[pos] for c in _PRICE_COLUMNS]
         text = [re.sub(r"[\s,'$€£\u00a0]", "", str(v)) for v in cells if not pd.isna(v)]
         numbers = sum(bool(re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", t)) for t in text)
@@ -592,7 +607,7 @@ def _other_timestamps(
 ) -> tuple[pd.DatetimeIndex, str]:
     """The first other timestamp column (by ``_TIMESTAMP_ALIASES``) that parses, when the
     preferred one did not; else the preferred column's error."""
-    used = set(failed.split("+"))
+    used = {failed}  # a joined "date+time" that failed leaves its date column to try alone
     for alias in _TIMESTAMP_ALIASES[:-1]:
         col = next((c for c in frame.columns if _norm(c) == alias and str(c) not in used), None)
         if col is None:
@@ -1008,7 +1023,7 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     converted to UTC); other strings are read with ONE format for the whole column, inferred from
     the first value month-first, then day-first (day-first first for dd.mm.yyyy; when both read
     every row in time order, the one whose bars keep a steady pace, with a logged warning),
-    two-digit years included (never in the future: 62 is 1962), 12-hour clocks too; a column of
+    two-digit years included (never beyond next year: 62 is 1962), 12-hour clocks too; a column of
     times without dates, or dates without a year, is refused. When the preferred timestamp
     column cannot be read and another one can (CryptoDataDownload's ``Unix Timestamp`` beside
     ``2019-12-13 11-AM``), the other is used, with a logged warning. Integers are
@@ -1042,7 +1057,7 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     try:
         timestamps = _parse_timestamps(ts_raw, label, ts_column)
     except DataError as err:
-        footer = _footer_rows(frame, found)
+        footer = _footer_rows(frame, found, ts_raw, label, ts_column)
         try:
             if not footer:
                 raise err
