@@ -1093,3 +1093,32 @@ def test_a_date_column_holding_the_time_is_not_joined_to_hour_and_minute_columns
     )
     df = load_ohlcv(write(tmp_path, text))
     assert list(df.index) == [pd.Timestamp("2023-01-02 10:00"), pd.Timestamp("2023-01-02 11:00")]
+
+
+def test_zip_archives_of_one_csv_are_read(tmp_path):
+    """data.binance.vision serves each month of klines as a ZIP of one headerless CSV."""
+    import zipfile
+
+    klines = (
+        "1672531200000,20000.0,20108.54,19944.73,20025.16,405.35,1672534799999,8117123.4,"
+        "123,202.67,4058561.7,0\n1672534800000,20025.16,20090.48,19980.34,19998.73,922.09,"
+        "1672538399999,18440563.9,123,461.04,9220281.9,0\n"
+    )
+    path = tmp_path / "BTCUSDT-1h-2023-01.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("BTCUSDT-1h-2023-01.csv", klines)
+        archive.writestr("__MACOSX/._BTCUSDT-1h-2023-01.csv", b"\x00\x05")  # Finder's extra
+    df = load_ohlcv(path)
+    assert df.index[0] == pd.Timestamp("2023-01-01 00:00") and df["close"].iloc[1] == 19998.73
+    two = tmp_path / "two.zip"
+    with zipfile.ZipFile(two, "w") as archive:
+        archive.writestr("a.csv", HEADER + GOOD_ROWS[0])
+        archive.writestr("b.csv", HEADER + GOOD_ROWS[1])
+    with pytest.raises(DataError) as err:
+        load_ohlcv(two)
+    assert_one_line(err, "two.zip", "exactly one data file, got 2: a.csv, b.csv")
+    fake = tmp_path / "fake.zip"
+    fake.write_text(HEADER)
+    with pytest.raises(DataError) as err:
+        load_ohlcv(fake)
+    assert_one_line(err, "fake.zip", "not a ZIP archive")

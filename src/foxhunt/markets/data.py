@@ -12,16 +12,19 @@ has one (files written by :func:`foxhunt.markets.synthetic.write_synthetic_csv`)
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import decimal
 import gzip
+import io
 import logging
 import math
 import re
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import IO, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -154,7 +157,9 @@ _MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
 # Relative slack for the high/low consistency checks: values written to CSV with limited
 # precision may disagree in the last digits; anything larger is a real data error.
 _OHLC_RTOL = 1e-9
-_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz", ".parquet", ".pq")
+_SUFFIXES = (
+    ".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz", ".zip", ".parquet", ".pq",
+)  # fmt: skip
 
 
 def _norm(name: object) -> str:
@@ -247,7 +252,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             if isinstance(frame.index, pd.MultiIndex):  # (symbol, date): levels become columns
                 frame = frame.reset_index()
         else:
-            encoding, head = _sniff_text(path, suffix)
+            encoding, head = _sniff_text(path, suffix, label)
             skip = _leading_comments(head)
             sep = _delimiter(head[skip:])
             # Outside comma-delimited files the decimal mark is not known in advance ("12.345"
@@ -309,12 +314,16 @@ def _read_csv(
     label: str,
     header: int | None = 0,
 ) -> pd.DataFrame:
+    source: Path | io.BytesIO = path
+    if path.name.lower().endswith(".zip"):  # the one member, whatever else the archive holds
+        with _open_bytes(path, label) as f:
+            source = io.BytesIO(f.read())
     with warnings.catch_warnings(record=True) as caught:
         # index_col=False: data rows with a trailing delimiter the header lacks must not turn
         # the first column into the index and shift every other column one place left.
         warnings.simplefilter("always", pd.errors.ParserWarning)
         frame = pd.read_csv(
-            path,
+            source,
             sep=sep,
             skipinitialspace=True,
             dtype=dtype,
@@ -326,18 +335,53 @@ def _read_csv(
     if any(issubclass(w.category, pd.errors.ParserWarning) for w in caught):
         # Some row has more fields than the header: pandas dropped the extras. Harmless when
         # they are empty (a trailing delimiter); otherwise say where.
-        opener = gzip.open if path.name.lower().endswith(".gz") else open
-        with opener(path, "rt", encoding=encoding, newline="") as f:  # type: ignore[operator]
-            lines = f.read().splitlines()
+        with _open_bytes(path, label) as f:
+            lines = f.read().decode(encoding, errors="replace").splitlines()
         _check_field_counts(lines[skip:], sep, skip + 1, label)
     return frame
 
 
-def _sniff_text(path: Path, suffix: str) -> tuple[str, list[str]]:
+def _zip_member(archive: zipfile.ZipFile, label: str) -> str:
+    """The one data file of a ZIP archive (Binance's data.binance.vision downloads hold one
+    CSV); macOS metadata and folders do not count."""
+    names = [
+        n
+        for n in archive.namelist()
+        if not n.endswith("/")
+        and not n.startswith("__MACOSX/")
+        and not n.split("/")[-1].startswith(".")
+    ]
+    if len(names) != 1:
+        raise DataError(
+            f"{label}: a ZIP archive must hold exactly one data file, got {len(names)}: "
+            f"{', '.join(names[:5]) or '(none)'}"
+        )
+    return names[0]
+
+
+@contextlib.contextmanager
+def _open_bytes(path: Path, label: str) -> Iterator[IO[bytes]]:
+    """The file's bytes, decompressed: gzip by its suffix, the one member of a ZIP archive."""
+    name = path.name.lower()
+    if name.endswith(".zip"):
+        try:
+            archive = zipfile.ZipFile(path)
+        except zipfile.BadZipFile:
+            raise DataError(f"{label}: cannot read file: not a ZIP archive") from None
+        with archive, archive.open(_zip_member(archive, label)) as member:
+            yield member
+    elif name.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            yield f  # type: ignore[misc]
+    else:
+        with open(path, "rb") as f:
+            yield f
+
+
+def _sniff_text(path: Path, suffix: str, label: str = "") -> tuple[str, list[str]]:
     """The text encoding (UTF-16 by its BOM, else UTF-8) and the first lines of a CSV."""
-    opener = gzip.open if suffix.endswith(".gz") else open
     try:
-        with opener(path, "rb") as f:  # type: ignore[operator]
+        with _open_bytes(path, label or str(path)) as f:
             raw = f.read(1 << 16)
     except (OSError, EOFError):
         return "utf-8-sig", []  # pandas reports the real problem with the file
@@ -1006,7 +1050,8 @@ def _to_float(
 
 
 def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.DataFrame:
-    """Load OHLCV bars from a CSV / CSV.gz / Parquet file or a DataFrame and validate them.
+    """Load OHLCV bars from a CSV (plain, .gz, or the one file of a .zip) / Parquet file or a
+    DataFrame and validate them.
 
     The CSV delimiter (``,`` ``;`` tab ``|``) is read from the header line; UTF-8, UTF-16 (by
     its BOM) and Windows-1252 text are read, and lines before the header that are blank, start
