@@ -336,8 +336,8 @@ def test_empty_file(tmp_path):
 
 def test_unknown_suffix(tmp_path):
     with pytest.raises(DataError) as err:
-        load_ohlcv(write(tmp_path, "x", name="bars.xlsx"))
-    assert_one_line(err, "bars.xlsx", "'.xlsx'", ".csv")
+        load_ohlcv(write(tmp_path, "x", name="bars.xls"))
+    assert_one_line(err, "bars.xls", "'.xls'", ".csv")
 
 
 def test_missing_column_lists_what_was_found(tmp_path):
@@ -1122,3 +1122,32 @@ def test_zip_archives_of_one_csv_are_read(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(fake)
     assert_one_line(err, "fake.zip", "not a ZIP archive")
+
+
+def test_excel_workbooks_are_read_with_their_cell_types(tmp_path, caplog):
+    pytest.importorskip("openpyxl")
+    days = pd.bdate_range("2023-01-02", periods=6)
+    close = np.array([100.0, 101.5, 100.2, 102.0, 103.1, 102.4])
+    bars = pd.DataFrame(
+        {"Date": days, "Open": close, "High": close + 1, "Low": close - 1, "Close": close}
+    )
+    plain = tmp_path / "plain.xlsx"
+    bars.to_excel(plain, index=False)
+    titled = tmp_path / "titled.xlsx"
+    with pd.ExcelWriter(titled) as writer:  # a title above the header, and a second sheet
+        title = pd.DataFrame([["Daily prices"]])
+        title.to_excel(writer, sheet_name="Prices", index=False, header=False)
+        bars.to_excel(writer, sheet_name="Prices", index=False, startrow=2)
+        bars.head(2).to_excel(writer, sheet_name="Notes", index=False)
+    bare = tmp_path / "bare.xlsx"
+    bars.to_excel(bare, index=False, header=False)
+    for path in (plain, titled, bare):
+        df = load_ohlcv(path)
+        assert list(df.index) == list(days) and df["close"].tolist() == close.tolist(), path
+    assert "read sheet 'Prices' (the workbook also has 'Notes')" in caplog.text
+    assert "no header row; columns read by position" in caplog.text
+    broken = tmp_path / "broken.xlsx"
+    broken.write_text("not a workbook")
+    with pytest.raises(DataError) as err:
+        load_ohlcv(broken)
+    assert_one_line(err, "broken.xlsx", "cannot read file")

@@ -158,7 +158,7 @@ _MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
 # precision may disagree in the last digits; anything larger is a real data error.
 _OHLC_RTOL = 1e-9
 _SUFFIXES = (
-    ".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz", ".zip", ".parquet", ".pq",
+    ".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".txt.gz", ".zip", ".parquet", ".pq", ".xlsx",
 )  # fmt: skip
 
 
@@ -247,7 +247,9 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if path.stat().st_size == 0:
         raise DataError(f"{label}: file is empty")
     try:
-        if suffix in (".parquet", ".pq"):
+        if suffix == ".xlsx":
+            frame = _read_excel(path, label)
+        elif suffix in (".parquet", ".pq"):
             frame = _typed_decimals(pd.read_parquet(path))
             if isinstance(frame.index, pd.MultiIndex):  # (symbol, date): levels become columns
                 frame = frame.reset_index()
@@ -303,6 +305,58 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{label}: cannot read file: {first}") from None
     return frame, label
+
+
+def _read_excel(path: Path, label: str) -> pd.DataFrame:
+    """The first sheet holding data, its header found as in a CSV (title rows above it are
+    skipped; a sheet without one is read by position). Cells keep Excel's types: dates are
+    dates and numbers numbers, so no date format or decimal mark is guessed."""
+    try:
+        import openpyxl  # noqa: F401  (pandas' engine for .xlsx)
+    except ImportError:
+        raise DataError(
+            f"{label}: reading Excel files needs openpyxl: pip install 'foxhunt[excel]' (or "
+            "openpyxl; or save the sheet as CSV)"
+        ) from None
+    try:
+        sheets = pd.read_excel(path, sheet_name=None, header=None)
+    except Exception as exc:  # zipfile/openpyxl/XML errors of a damaged workbook alike
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{label}: cannot read file: {first}") from None
+    filled = [
+        (name, sheet.dropna(how="all").dropna(axis=1, how="all")) for name, sheet in sheets.items()
+    ]
+    filled = [(name, sheet) for name, sheet in filled if not sheet.empty]
+    if not filled:
+        raise DataError(f"{label}: no sheet holds data")
+    name, raw = filled[0]
+    if len(filled) > 1:
+        log.warning(
+            "%s: read sheet %r (the workbook also has %s)",
+            label,
+            name,
+            ", ".join(repr(n) for n, _ in filled[1:]),
+        )
+    lines = [
+        ",".join("" if pd.isna(v) else str(v) for v in row)
+        for row in raw.head(50).itertuples(index=False)
+    ]
+    skip = _leading_comments(lines)
+    names = [
+        f"column {i + 1}" if pd.isna(v) else str(v).strip() for i, v in enumerate(raw.iloc[skip])
+    ]
+    frame = raw.iloc[skip + 1 :].reset_index(drop=True)
+    frame.columns = names
+    if _headerless(frame, lines[skip]):
+        frame = raw.iloc[skip:].reset_index(drop=True)
+        frame.columns = _positional_names(frame)
+        frame.attrs["positional"] = True
+        log.warning(
+            "%s: no header row; columns read by position as %s",
+            label,
+            ", ".join(c for c in frame.columns if not c.startswith("column ")),
+        )
+    return frame.infer_objects()
 
 
 def _read_csv(
@@ -1050,8 +1104,8 @@ def _to_float(
 
 
 def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.DataFrame:
-    """Load OHLCV bars from a CSV (plain, .gz, or the one file of a .zip) / Parquet file or a
-    DataFrame and validate them.
+    """Load OHLCV bars from a CSV (plain, .gz, or the one file of a .zip), Parquet or Excel
+    (.xlsx: the first sheet with data, needs openpyxl) file or a DataFrame and validate them.
 
     The CSV delimiter (``,`` ``;`` tab ``|``) is read from the header line; UTF-8, UTF-16 (by
     its BOM) and Windows-1252 text are read, and lines before the header that are blank, start
