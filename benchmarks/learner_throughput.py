@@ -7,6 +7,9 @@ sampling included in every update (SB3's ``train`` samples inside its loop; foxh
 SB3's DQN is plain (not double) DQN, so the headline ratio uses foxhunt with ``double_q=False``;
 foxhunt's default double DQN (one more forward pass) is reported beside it. ``torch_minimal`` is a
 hand-written loop of the same maths with no bookkeeping at all: the floor any library could reach.
+``cleanrl`` is CleanRL's ``dqn.py`` update as written (SB3's ``ReplayBuffer.sample``, MSE TD loss,
+no clipping, ``zero_grad`` / ``backward`` / ``step``) on the same network, against foxhunt set to
+the same update (``loss="mse"``, no clipping, plain DQN).
 
 Run: ``python benchmarks/learner_throughput.py [--smoke] [--out FILE.json] [--profile]``
 """
@@ -48,6 +51,7 @@ def make_foxhunt(
     double_q: bool,
     compile: bool = False,
     mixed_precision: str = "off",
+    cleanrl_update: bool = False,
 ) -> Any:
     from foxhunt.config import DQNHyperparameters
     from foxhunt.trainer import DQNTrainer
@@ -59,8 +63,8 @@ def make_foxhunt(
         batch_size=batch,
         buffer_capacity=n,
         learning_starts=batch,
-        max_grad_norm=MAX_NORM,
-        loss="huber",
+        max_grad_norm=None if cleanrl_update else MAX_NORM,
+        loss="mse" if cleanrl_update else "huber",
         huber_delta=1.0,
         optimizer="adam",
         hidden_sizes=HIDDEN,
@@ -151,6 +155,48 @@ class MinimalLoop:
         self.opt.zero_grad(set_to_none=True)
 
 
+class CleanRLLoop:
+    """CleanRL's ``dqn.py`` training step, as written there, on this benchmark's network and data:
+    SB3's ``ReplayBuffer`` (CleanRL imports it), MSE TD loss, no clipping, Adam."""
+
+    def __init__(self, batch: int, data: dict[str, np.ndarray]) -> None:
+        import gymnasium as gym
+        from stable_baselines3.common.buffers import ReplayBuffer
+
+        torch.manual_seed(0)
+        env = gym.make("CartPole-v1")
+        n = len(data["actions"])
+        self.rb = ReplayBuffer(
+            n, env.observation_space, env.action_space, "cpu", handle_timeout_termination=False
+        )
+        self.rb.observations[:, 0] = data["obs"]
+        self.rb.next_observations[:, 0] = data["next_obs"]
+        self.rb.actions[:, 0, 0] = data["actions"]
+        self.rb.rewards[:, 0] = data["rewards"]
+        self.rb.dones[:, 0] = data["dones"]
+        self.rb.pos, self.rb.full = 0, True
+        layers: list[torch.nn.Module] = []
+        width = OBS_DIM
+        for h in HIDDEN:
+            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+            width = h
+        self.q_network = torch.nn.Sequential(*layers, torch.nn.Linear(width, N_ACTIONS))
+        self.target_network = copy.deepcopy(self.q_network)
+        self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=LR)
+        self.batch = batch
+
+    def update(self) -> None:
+        data = self.rb.sample(self.batch)
+        with torch.no_grad():
+            target_max, _ = self.target_network(data.next_observations).max(dim=1)
+            td_target = data.rewards.flatten() + GAMMA * target_max * (1 - data.dones.flatten())
+        old_val = self.q_network(data.observations).gather(1, data.actions).squeeze()
+        loss = F.mse_loss(td_target, old_val)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+
+
 class GemmFloor:
     """Only the update's matrix products, on preallocated outputs: the time no fp32 implementation
     of this update can go below on this BLAS (forward of the online and target nets with their
@@ -194,7 +240,9 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
     fox2 = make_foxhunt(batch, data, double_q=True)
     fox_compiled = make_foxhunt(batch, data, double_q=False, compile=True)
     fox_bf16 = make_foxhunt(batch, data, double_q=False, mixed_precision="bf16")
+    fox_cleanrl = make_foxhunt(batch, data, double_q=False, cleanrl_update=True)
     sb3 = make_sb3(batch, data)
+    cleanrl = CleanRLLoop(batch, data)
     minimal = MinimalLoop(batch, data)
     floor = GemmFloor(batch)
     torch.set_num_threads(1)  # after construction: nothing may have changed it back
@@ -214,12 +262,18 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
         for _ in range(n):
             floor.update()
 
+    def cleanrl_n(n: int) -> None:
+        for _ in range(n):
+            cleanrl.update()
+
     runners = {
         "foxhunt": fox_n(fox),
         "foxhunt_double_q": fox_n(fox2),
         "foxhunt_compiled": fox_n(fox_compiled),
         "foxhunt_bf16": fox_n(fox_bf16),
         "sb3": lambda n: sb3.train(gradient_steps=n, batch_size=batch),
+        "foxhunt_cleanrl_update": fox_n(fox_cleanrl),
+        "cleanrl": cleanrl_n,
         "torch_minimal": minimal_n,
         "gemm_floor": floor_n,
     }
@@ -244,6 +298,10 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
         "ratio_foxhunt_bf16_vs_sb3": med["foxhunt_bf16"] / med["sb3"],
         "ratio_gemm_floor_vs_sb3": med["gemm_floor"] / med["sb3"],
         "ratio_foxhunt_vs_torch_minimal": med["foxhunt"] / med["torch_minimal"],
+        "ratio_foxhunt_vs_cleanrl": med["foxhunt_cleanrl_update"] / med["cleanrl"],
+        "ratio_foxhunt_vs_cleanrl_paired_median": C.median(
+            C.per_rep_ratios(per_rep["foxhunt_cleanrl_update"], per_rep["cleanrl"])
+        ),
     }
 
 
@@ -290,6 +348,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ratios[f"foxhunt_vs_torch_minimal_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_torch_minimal"]
         ratios[f"foxhunt_bf16_vs_sb3_updates_per_s_b{b}"] = r["ratio_foxhunt_bf16_vs_sb3"]
         ratios[f"gemm_floor_vs_sb3_updates_per_s_b{b}"] = r["ratio_gemm_floor_vs_sb3"]
+        ratios[f"foxhunt_vs_cleanrl_updates_per_s_b{b}"] = r["ratio_foxhunt_vs_cleanrl"]
+        ratios[f"foxhunt_vs_cleanrl_updates_per_s_b{b}_paired"] = r[
+            "ratio_foxhunt_vs_cleanrl_paired_median"
+        ]
     rows = []
     for r in results:
         m = r["updates_per_s_median"]
@@ -309,6 +371,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 r["ratio_foxhunt_vs_torch_minimal"],
                 r["ratio_foxhunt_bf16_vs_sb3"],
                 r["ratio_gemm_floor_vs_sb3"],
+                m["cleanrl"],
+                r["ratio_foxhunt_vs_cleanrl"],
             ]
         )
     table = C.md_table(
@@ -327,12 +391,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "foxhunt / torch minimal",
             "foxhunt bf16 / SB3",
             "gemm floor / SB3",
+            "CleanRL upd/s",
+            "foxhunt / CleanRL (its update: MSE, no clip)",
         ],
         rows,
     )
     config = {
         "network": f"MLP {OBS_DIM}-{'-'.join(map(str, HIDDEN))}-{N_ACTIONS} (ReLU)",
         "loss": "huber (delta 1)",
+        "cleanrl_contender": "CleanRL dqn.py's update: SB3 ReplayBuffer, MSE, no clipping, "
+        "against foxhunt with loss=mse and max_grad_norm=None",
         "max_grad_norm": MAX_NORM,
         "optimizer": "adam",
         "learning_rate": LR,

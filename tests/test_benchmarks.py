@@ -64,6 +64,8 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
             "sb3",
             "torch_minimal",
             "gemm_floor",
+            "foxhunt_cleanrl_update",
+            "cleanrl",
         }
         _positive(med)
         for name, reps in r["updates_per_s_reps"].items():
@@ -78,6 +80,9 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
         )
         assert r["ratio_gemm_floor_vs_sb3"] == pytest.approx(med["gemm_floor"] / med["sb3"])
         assert r["ratio_foxhunt_bf16_vs_sb3"] == pytest.approx(med["foxhunt_bf16"] / med["sb3"])
+        assert r["ratio_foxhunt_vs_cleanrl"] == pytest.approx(
+            med["foxhunt_cleanrl_update"] / med["cleanrl"]
+        )
 
 
 def test_cartpole_time_to_solve_smoke(tmp_path: Path) -> None:
