@@ -1151,3 +1151,100 @@ def test_excel_workbooks_are_read_with_their_cell_types(tmp_path, caplog):
     with pytest.raises(DataError) as err:
         load_ohlcv(broken)
     assert_one_line(err, "broken.xlsx", "cannot read file")
+
+
+# --- a probe of the new readers ------------------------------------------------------------------
+def test_intraday_days_1_to_12_read_day_first_by_the_largest_gap(tmp_path):
+    """Thousands of steady minutes hide the wrong reading's month jumps in a mean spacing."""
+    stamps = pd.date_range("2023-03-01", periods=2000, freq="min")
+    rows = [f"{t:%d/%m/%Y %H:%M},1,2,0.5,1.5" for t in stamps]
+    df = load_ohlcv(write(tmp_path, "Date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert list(df.index) == list(stamps)
+
+
+def test_damaged_and_foreign_zip_members_are_one_line(tmp_path):
+    import io
+    import zipfile
+
+    stored = tmp_path / "crc.zip"
+    with zipfile.ZipFile(stored, "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.writestr("p.csv", HEADER + "\n".join(GOOD_ROWS) + "\n")
+    data = bytearray(stored.read_bytes())
+    at = data.index(b"2020-01-02")
+    data[at : at + 4] = b"1999"  # same length, wrong CRC
+    stored.write_bytes(bytes(data))
+    with pytest.raises(DataError) as err:
+        load_ohlcv(stored)
+    assert_one_line(err, "crc.zip", "cannot read file: Bad CRC-32")
+    inner = io.BytesIO()
+    frame_of(5).to_parquet(inner)
+    foreign = tmp_path / "foreign.zip"
+    with zipfile.ZipFile(foreign, "w") as archive:
+        archive.writestr("prices.parquet", inner.getvalue())
+    with pytest.raises(DataError) as err:
+        load_ohlcv(foreign)
+    assert_one_line(err, "foreign.zip", "'prices.parquet' is not a CSV or text file")
+
+
+def test_a_bar_with_a_broken_timestamp_is_not_a_footer(tmp_path):
+    text = HEADER + "\n".join(GOOD_ROWS) + "\nN/A,11.5,12,,11.9,300\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "bars.csv", "row 4")
+
+
+def test_a_fallback_timestamp_column_must_order_the_bars(tmp_path):
+    """A bad time of day must be named, not hidden behind 'duplicates' from the date alone."""
+    text = (
+        "Date,Time,Open,High,Low,Close\n2023-01-02,10:00,1,2,0.5,1.5\n"
+        "2023-01-02,5h,1,2,0.5,1.5\n2023-01-02,12:00,1,2,0.5,1.5\n"
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "'Date+Time' row 2", "'2023-01-02 5h'")
+
+
+def test_epoch_text_with_a_stray_word_names_its_row(tmp_path):
+    rows = [f"{1672531200 + 86400 * i},1,2,0.5,1.5" for i in range(5)]
+    rows[3] = "oops,1,2,0.5,1.5"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "Timestamp,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert_one_line(err, "'Timestamp' row 4", "'oops'")
+
+
+def test_excel_takes_the_first_visible_sheet_with_prices(tmp_path, caplog):
+    pytest.importorskip("openpyxl")
+    days = pd.bdate_range("2023-01-02", periods=5)
+    close = np.array([100.0, 101.0, 102.0, 101.5, 103.0])
+    bars = pd.DataFrame({"Date": days, "Open": close, "High": close + 1, "Low": close - 1,
+                         "Close": close})  # fmt: skip
+    path = tmp_path / "book.xlsx"
+    with pd.ExcelWriter(path) as writer:
+        bars.head(2).assign(Date=pd.bdate_range("2000-01-03", periods=2)).to_excel(
+            writer, sheet_name="Stale", index=False
+        )
+        pd.DataFrame({"Notes": ["Downloaded from somewhere"]}).to_excel(
+            writer, sheet_name="Notes", index=False
+        )
+        bars.to_excel(writer, sheet_name="Data", index=False)
+        writer.book["Stale"].sheet_state = "hidden"
+    df = load_ohlcv(path)
+    assert list(df.index) == list(days)
+    assert "read sheet 'Data' (the workbook also has 'Notes')" in caplog.text
+
+
+def test_a_signalling_nan_decimal_is_a_missing_value():
+    from decimal import Decimal
+
+    frame = pd.DataFrame(
+        {
+            "date": pd.date_range("2020-01-01", periods=2),
+            "open": [Decimal("1"), Decimal("sNaN")],
+            "high": [2.0, 2.0],
+            "low": [0.5, 0.5],
+            "close": [1.5, 1.5],
+        }
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(frame)
+    assert_one_line(err, "<DataFrame>", "'open'", "missing value")

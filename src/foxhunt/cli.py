@@ -35,6 +35,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"foxhunt: error: {message}\n")
 
 
+_DATA_KINDS = "CSV, .gz, .zip, Parquet or .xlsx"
+
+
 def _positive_int(name: str, most: int | None = None):  # type: ignore[no-untyped-def]
     """An integer option > 0, and <= ``most`` where a larger one only exhausts memory before
     anything useful happens (a list of 10**8 ensemble members or evaluation seeds)."""
@@ -141,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train an agent (default: regime-conditional trading agent "
         "on the embedded synthetic market)",
     )
-    _add_spec_args(t, data_help="OHLCV file (CSV or Parquet) to train the trading agent on")
+    _add_spec_args(t, data_help=f"OHLCV file ({_DATA_KINDS}) to train the trading agent on")
     t.add_argument(
         "--run-dir", type=_path("--run-dir"), help="output directory (default: runs/<time>-<env>)"
     )
@@ -202,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fixed; the search tunes every other setting in its space, values from --config "
         "included (they only fill the settings the space does not cover).",
     )
-    _add_spec_args(h, data_help="OHLCV file (CSV or Parquet) for a trading search")
+    _add_spec_args(h, data_help=f"OHLCV file ({_DATA_KINDS}) for a trading search")
     h.add_argument("--trials", type=_positive_int("--trials"), default=20)
     h.add_argument(
         "--storage",
@@ -243,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="members (at least 2)",
     )
-    _add_spec_args(et, data_help="OHLCV file (CSV or Parquet) to train the trading agents on")
+    _add_spec_args(et, data_help=f"OHLCV file ({_DATA_KINDS}) to train the trading agents on")
     et.add_argument(
         "--run-dir",
         type=_path("--run-dir"),

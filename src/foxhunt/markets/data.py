@@ -22,6 +22,7 @@ import math
 import re
 import warnings
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Literal, NamedTuple
@@ -196,10 +197,19 @@ def _typed_decimals(frame: pd.DataFrame) -> pd.DataFrame:
     for col in frame.columns:
         if frame[col].dtype != object:
             continue
-        present = frame[col].dropna()
-        if len(present) and all(isinstance(v, decimal.Decimal) for v in present):
-            frame[col] = pd.to_numeric(frame[col].map(float, na_action="ignore"))
+        # Not pandas' isna: a signalling NaN Decimal raises inside it.
+        values = frame[col].tolist()
+        present = [v for v in values if v is not None and not (isinstance(v, float) and v != v)]
+        if present and all(isinstance(v, decimal.Decimal) for v in present):
+            floats = [_decimal_float(v) if isinstance(v, decimal.Decimal) else math.nan
+                      for v in values]  # fmt: skip
+            frame[col] = np.asarray(floats, dtype=np.float64)
     return frame
+
+
+def _decimal_float(value: decimal.Decimal) -> float:
+    """A Decimal as a float; a signalling NaN (which float() refuses) is NaN, reported later."""
+    return math.nan if value.is_nan() else float(value)
 
 
 def _headerless(frame: pd.DataFrame, first_line: str) -> bool:
@@ -301,7 +311,15 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         raise
     except pd.errors.EmptyDataError:
         raise DataError(f"{label}: file is empty (no header row)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
+    except (
+        pd.errors.ParserError,
+        UnicodeDecodeError,
+        OSError,
+        ValueError,
+        zipfile.BadZipFile,  # a damaged archive: bad CRC, truncated member
+        zlib.error,
+        RuntimeError,  # zipfile: an encrypted member needs a password
+    ) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"{label}: cannot read file: {first}") from None
     return frame, label
@@ -312,31 +330,52 @@ def _read_excel(path: Path, label: str) -> pd.DataFrame:
     skipped; a sheet without one is read by position). Cells keep Excel's types: dates are
     dates and numbers numbers, so no date format or decimal mark is guessed."""
     try:
-        import openpyxl  # noqa: F401  (pandas' engine for .xlsx)
+        import openpyxl
     except ImportError:
         raise DataError(
             f"{label}: reading Excel files needs openpyxl: pip install 'foxhunt[excel]' (or "
             "openpyxl; or save the sheet as CSV)"
         ) from None
     try:
-        sheets = pd.read_excel(path, sheet_name=None, header=None)
+        book = openpyxl.load_workbook(path, read_only=True)
+        visible = [ws.title for ws in book.worksheets if ws.sheet_state == "visible"]
+        book.close()
+        sheets = pd.read_excel(path, sheet_name=visible, header=None) if visible else {}
     except Exception as exc:  # zipfile/openpyxl/XML errors of a damaged workbook alike
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{label}: cannot read file: {first}") from None
+        raise DataError(
+            f"{label}: cannot read file as an .xlsx workbook (an old .xls, or a password-"
+            f"protected one? save it as .xlsx or CSV): {first}"
+        ) from None
     filled = [
-        (name, sheet.dropna(how="all").dropna(axis=1, how="all")) for name, sheet in sheets.items()
+        (name, _sheet_frame(sheet.dropna(how="all").dropna(axis=1, how="all")))
+        for name, sheet in sheets.items()
+        if not sheet.dropna(how="all").empty
     ]
-    filled = [(name, sheet) for name, sheet in filled if not sheet.empty]
     if not filled:
-        raise DataError(f"{label}: no sheet holds data")
-    name, raw = filled[0]
+        raise DataError(f"{label}: no visible sheet holds data")
+    # Notes or a summary often come first: the first sheet with price columns is the data.
+    priced = [(n, f) for n, f in filled if _has_prices(f)]
+    name, frame = (priced or filled)[0]
     if len(filled) > 1:
         log.warning(
             "%s: read sheet %r (the workbook also has %s)",
             label,
             name,
-            ", ".join(repr(n) for n, _ in filled[1:]),
+            ", ".join(repr(n) for n, _ in filled if n != name),
         )
+    if frame.attrs.get("positional"):
+        log.warning(
+            "%s: sheet %r has no header row; columns read by position as %s",
+            label,
+            name,
+            ", ".join(c for c in frame.columns if not c.startswith("column ")),
+        )
+    return frame
+
+
+def _sheet_frame(raw: pd.DataFrame) -> pd.DataFrame:
+    """A sheet's cells as a frame: its header found as in a CSV, or columns by position."""
     lines = [
         ",".join("" if pd.isna(v) else str(v) for v in row)
         for row in raw.head(50).itertuples(index=False)
@@ -351,12 +390,16 @@ def _read_excel(path: Path, label: str) -> pd.DataFrame:
         frame = raw.iloc[skip:].reset_index(drop=True)
         frame.columns = _positional_names(frame)
         frame.attrs["positional"] = True
-        log.warning(
-            "%s: no header row; columns read by position as %s",
-            label,
-            ", ".join(c for c in frame.columns if not c.startswith("column ")),
-        )
     return frame.infer_objects()
+
+
+def _has_prices(frame: pd.DataFrame) -> bool:
+    """Whether a frame has columns this loader reads as open, high, low and close."""
+    try:
+        _find_columns(frame, "")
+    except DataError:
+        return False
+    return True
 
 
 def _read_csv(
@@ -410,7 +453,13 @@ def _zip_member(archive: zipfile.ZipFile, label: str) -> str:
             f"{label}: a ZIP archive must hold exactly one data file, got {len(names)}: "
             f"{', '.join(names[:5]) or '(none)'}"
         )
-    return names[0]
+    member = names[0]
+    if member.lower().endswith((".parquet", ".pq", ".xlsx", ".xls", ".gz", ".zip")):
+        raise DataError(
+            f"{label}: the archive's file {member!r} is not a CSV or text file; extract it and "
+            "pass it directly"
+        )
+    return member
 
 
 @contextlib.contextmanager
@@ -680,10 +729,10 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
 def _footer_rows(
     frame: pd.DataFrame, found: dict[str, object], stamps: pd.Series, label: str, column: str
 ) -> int:
-    """How many rows at the end (at most 3) hold neither a timestamp that reads nor four
-    readable prices: a vendor's footer or a totals row, never a bar (a bar with a timestamp
-    and a missing price stops the count, and is refused later). Only dropped when the
-    timestamps then read."""
+    """How many rows at the end (at most 3) hold neither a timestamp that reads nor more than
+    one readable price: a vendor's footer or a totals row, never a bar (a bar with a timestamp,
+    or with prices, stops the count, and is refused later). Only dropped when the timestamps
+    then read."""
     count = 0
     for pos in range(len(frame) - 1, max(len(frame) - 4, 0), -1):
         try:
@@ -694,7 +743,7 @@ def _footer_rows(
         cells = [frame[found[c]].iloc[pos] for c in _PRICE_COLUMNS]
         text = [re.sub(r"[\s,'$€£\u00a0]", "", str(v)) for v in cells if not pd.isna(v)]
         numbers = sum(bool(re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", t)) for t in text)
-        if numbers >= 4:
+        if numbers >= 2:  # prices: a bar with a broken timestamp, refused later, not a footer
             break
         count += 1
     return count if count < len(frame) else 0
@@ -714,6 +763,9 @@ def _other_timestamps(
             parsed = _parse_timestamps(frame[col].reset_index(drop=True), label, str(col))
         except DataError:
             continue
+        steps = np.diff(parsed.asi8)
+        if not ((steps > 0).all() or (steps < 0).all()):
+            continue  # a date column without its time repeats: not the bars' timestamps
         log.warning("%s; timestamps read from column %r instead", str(err).rstrip("."), col)
         return parsed, str(col)
     raise err
@@ -818,9 +870,13 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         parsed = pd.DatetimeIndex(stamps)
     else:
         text = raw.astype(str).str.strip()
-        if text.str.fullmatch(r"-?\d+(\.0*)?").all():
+        digits = text.str.fullmatch(r"-?\d+(\.0*)?").to_numpy()
+        if digits.all():
             # Epoch numbers stored as text (e.g. a string-typed Parquet column).
             return _parse_timestamps(pd.to_numeric(text), label, column)
+        if digits.mean() > 0.5 and not text[~digits].str.contains(r"\d[/.\-:]\d").any():
+            # Epoch numbers with a stray word ("oops", "n/a"): name that row, not row 1.
+            raise fail_at(int(np.argmin(digits)), "cannot parse timestamp")
         if text.str.fullmatch(_TIME_OF_DAY).all():
             raise DataError(
                 f"{label}: column {column!r} holds times of day without a date (first value "
@@ -901,6 +957,14 @@ def _spacing_spread(stamps: pd.DatetimeIndex) -> float:
     return float(np.mean(np.abs(np.log(gaps / np.median(gaps)))))
 
 
+def _gap_ratio(stamps: pd.DatetimeIndex) -> float:
+    """The largest step between bars over the median step (1 for a steady pace; 0 when there
+    are no steps)."""
+    gaps = np.abs(np.diff(stamps.asi8)).astype(np.float64)
+    gaps = gaps[gaps > 0]
+    return float(gaps.max() / np.median(gaps)) if len(gaps) else 0.0
+
+
 def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex | None:
     """One format for the whole column, or None when no single format reads every value.
 
@@ -953,8 +1017,16 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                 # Both sorted (bars dated the 1st, or days 1-12 only): bars come at a steady
                 # pace, a wrong reading steps a day at a time and then jumps a month or a year.
                 spread = [_spacing_spread(r[1]) for r in ordered]
+                widest = [_gap_ratio(r[1]) for r in ordered]
+                pick = None
                 if abs(spread[0] - spread[1]) > 0.1:
                     pick = int(np.argmin(spread))
+                elif max(widest) >= 3 * min(widest) > 0:
+                    # Thousands of steady intraday steps hide a few wrong month jumps in the
+                    # mean; the largest gap over the usual one shows them (a month against a
+                    # weekend).
+                    pick = int(np.argmin(widest))
+                if pick is not None:
                     log.warning(
                         "%s: column %r: dates read as %s, whose spacing is regular; every value "
                         "also reads as %s (day and month both <= 12), irregularly spaced",
@@ -1144,7 +1216,7 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     NaN/inf, non-positive prices, high below low/open/close, low above open/close, negative
     volume, unsorted or duplicate timestamps, and fewer than ``min_rows`` rows. Rows holding data
     are never dropped, nor reordered silently; up to three rows at the end with neither a
-    readable timestamp nor four prices (a vendor's footer, a totals row) are skipped, with a
+    readable timestamp nor two prices (a vendor's footer, a totals row) are skipped, with a
     logged warning.
     """
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
@@ -1169,7 +1241,7 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
                 "%s: the last %s no bar (%s): skipped as a footer",
                 label,
                 "row holds" if footer == 1 else f"{footer} rows hold",
-                _fmt(" ".join(str(v) for v in frame.iloc[-footer].dropna())),
+                _fmt(" ".join(str(v) for v in frame.iloc[-footer:].stack().dropna())),
             )
             frame = kept
         except DataError:
