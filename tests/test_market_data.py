@@ -1248,3 +1248,11 @@ def test_a_signalling_nan_decimal_is_a_missing_value():
     with pytest.raises(DataError) as err:
         load_ohlcv(frame)
     assert_one_line(err, "<DataFrame>", "'open'", "missing value")
+
+
+def test_a_currency_sign_as_the_unit_is_part_of_no_name(tmp_path):
+    text = "Date,Open ($),High ($),Low ($),Close ($),Volume\n" + "\n".join(
+        ["2020-01-01,10,11,9,10.5,100", "2020-01-02,10.5,11.5,10,11,200"]
+    )
+    df = load_ohlcv(write(tmp_path, text + "\n"))
+    assert df["close"].tolist() == [10.5, 11.0] and df["volume"].tolist() == [100.0, 200.0]

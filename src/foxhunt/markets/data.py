@@ -166,6 +166,7 @@ _SUFFIXES = (
 def _norm(name: object) -> str:
     text = str(name).strip().lower().replace("_", " ").replace("-", " ")
     text = text.replace("<", "").replace(">", "").rstrip("*").rstrip(".")
+    text = re.sub(r"\s*\([$€£¥]\)$", "", text)  # a currency sign as the unit: "Close ($)"
     return " ".join(text.split())
 
 
