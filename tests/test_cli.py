@@ -75,6 +75,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "Traceback" not in out.stderr
     # --no-progress hides the live display only: where the run went and its summary still print.
     assert "foxhunt: run run |" in out.stdout and "training summary" in out.stdout
+    # The run line says where the hyperparameters came from.
+    assert f"| preset classic + {len(TINY)} --set |" in out.stdout
     summary = json.loads((root / "run" / "summary.json").read_text())
     # Where the best evaluation beat the last, the summary says how to score its weights.
     hint = "--model best`" in out.stdout

@@ -380,8 +380,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     replace = current().is_main and _prepare_run_dir(run_dir, args.force)
     # The old run goes only after the new trainer is built (every input checked).
     before_write = (lambda: shutil.rmtree(run_dir)) if replace else None
-    run_training(spec, run_dir, progress=not args.no_progress, before_write=before_write)
+    run_training(
+        spec,
+        run_dir,
+        progress=not args.no_progress,
+        before_write=before_write,
+        origin=_origin(args, spec),
+    )
     return 0
+
+
+def _origin(args: argparse.Namespace, spec: Any) -> str:
+    """Where the hyperparameters came from, lowest precedence first: the preset (named by
+    --preset, else the env's default), the config file, the --set overrides."""
+    preset = args.preset or ("trading" if spec.is_trading else "classic")
+    parts = [f"preset {preset}"]
+    if args.config:
+        parts.append(str(args.config))
+    if args.overrides:
+        parts.append(f"{len(args.overrides)} --set")
+    return " + ".join(parts)
 
 
 def _run_dir_arg(text: str) -> Path:

@@ -228,11 +228,14 @@ def run_training(
     *,
     progress: bool = True,
     before_write: Callable[[], None] | None = None,
+    origin: str | None = None,
 ) -> dict[str, Any]:
     """Train a fresh run into ``run_dir`` (config, metrics, checkpoints, final model).
 
     ``before_write`` runs once the trainer is built (every input validated) and before anything
     is written: ``foxhunt train --force`` removes the old run there, so a bad input keeps it.
+    ``origin`` says where the hyperparameters came from (preset, config file, ``--set``), for
+    the run line.
     """
     from foxhunt import distributed
 
@@ -250,7 +253,7 @@ def run_training(
         assert_not_in_use(run_dir)
         before_write()
     with run_lock(run_dir):
-        return _fresh_run(trainer, spec, run_dir, progress, setup)
+        return _fresh_run(trainer, spec, run_dir, progress, setup, origin)
 
 
 def _fresh_run(
@@ -259,6 +262,7 @@ def _fresh_run(
     run_dir: Path,
     progress: bool,
     setup: TradingSetup | None = None,
+    origin: str | None = None,
 ) -> dict[str, Any]:
     from foxhunt.logging import MetricLogger
 
@@ -274,7 +278,9 @@ def _fresh_run(
         hp.effective_batch_size,
     )
     print(
-        f"foxhunt: run {run_dir} | effective batch size {hp.effective_batch_size} "
+        f"foxhunt: run {run_dir} | "
+        + (f"{origin} | " if origin else "")
+        + f"effective batch size {hp.effective_batch_size} "
         f"({hp.batch_size} x {hp.gradient_accumulation_steps})"
     )
     return _train_loop(trainer, spec, run_dir, spec.total_env_steps, progress)
