@@ -1256,3 +1256,12 @@ def test_a_currency_sign_as_the_unit_is_part_of_no_name(tmp_path):
     )
     df = load_ohlcv(write(tmp_path, text + "\n"))
     assert df["close"].tolist() == [10.5, 11.0] and df["volume"].tolist() == [100.0, 200.0]
+
+
+def test_separate_hour_and_minute_columns_make_the_time_of_day(tmp_path):
+    text = (
+        "Date,Hour,Minute,Open,High,Low,Close\n2023-01-02,9,30,1,2,0.5,1.5\n"
+        "2023-01-02,9,45,1,2,0.5,1.5\n2023-01-02,10,0,1,2,0.5,1.5\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == list(pd.date_range("2023-01-02 09:30", periods=3, freq="15min"))

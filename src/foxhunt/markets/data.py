@@ -709,6 +709,23 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
         dates = frame[by_norm[date_alias]].astype(str)
         if dates.str.contains(r"\d{1,2}:\d{2}", regex=True).any():
             time_alias = None
+    if (
+        date_alias
+        and time_alias == "minute"
+        and "hour" in by_norm
+        and not has & {"timestamp", "datetime", "date time"}
+    ):
+        # Separate hour and minute columns: the time of day is both together.
+        dcol, hcol, mcol = by_norm[date_alias], by_norm["hour"], by_norm["minute"]
+
+        def two(col: object) -> pd.Series:
+            values = pd.to_numeric(frame[col], errors="coerce")
+            if values.notna().all() and (values % 1 == 0).all():
+                return values.astype("Int64").astype(str).str.zfill(2)
+            return frame[col].astype(str).str.strip()  # unreadable: the parse names the row
+
+        joined = frame[dcol].astype(str).str.strip() + " " + two(hcol) + ":" + two(mcol)
+        return joined.reset_index(drop=True), f"{dcol}+{hcol}+{mcol}"
     if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
         dcol, tcol = by_norm[date_alias], by_norm[time_alias]
         joined = frame[dcol].astype(str).str.strip() + " " + _clock_times(frame[tcol])
