@@ -704,32 +704,18 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
     time_alias = next((a for a in _TIME_OF_DAY_ALIASES if a in by_norm), None)
     if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
+        dcol = by_norm[date_alias]
+        dates = frame[dcol].astype(str).str.strip()
         # Only a column of dates takes a time of day: one that already holds the time (a
         # "date" of 2023-01-02 10:00 beside hour and minute columns) is a timestamp itself.
-        dates = frame[by_norm[date_alias]].astype(str)
-        if dates.str.contains(r"\d{1,2}:\d{2}", regex=True).any():
-            time_alias = None
-    if (
-        date_alias
-        and time_alias == "minute"
-        and "hour" in by_norm
-        and not has & {"timestamp", "datetime", "date time"}
-    ):
-        # Separate hour and minute columns: the time of day is both together.
-        dcol, hcol, mcol = by_norm[date_alias], by_norm["hour"], by_norm["minute"]
-
-        def two(col: object) -> pd.Series:
-            values = pd.to_numeric(frame[col], errors="coerce")
-            if values.notna().all() and (values % 1 == 0).all():
-                return values.astype("Int64").astype(str).str.zfill(2)
-            return frame[col].astype(str).str.strip()  # unreadable: the parse names the row
-
-        joined = frame[dcol].astype(str).str.strip() + " " + two(hcol) + ":" + two(mcol)
-        return joined.reset_index(drop=True), f"{dcol}+{hcol}+{mcol}"
-    if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
-        dcol, tcol = by_norm[date_alias], by_norm[time_alias]
-        joined = frame[dcol].astype(str).str.strip() + " " + _clock_times(frame[tcol])
-        return joined.reset_index(drop=True), f"{dcol}+{tcol}"
+        if not dates.str.contains(r"\d{1,2}:\d{2}", regex=True).any():
+            if time_alias == "minute" and "hour" in by_norm:  # the time is both together
+                hcol, mcol = by_norm["hour"], by_norm["minute"]
+                clock = _two_digits(frame[hcol]) + ":" + _two_digits(frame[mcol])
+                return (dates + " " + clock).reset_index(drop=True), f"{dcol}+{hcol}+{mcol}"
+            tcol = by_norm[time_alias]
+            joined = dates + " " + _clock_times(frame[tcol])
+            return joined.reset_index(drop=True), f"{dcol}+{tcol}"
     for alias in _TIMESTAMP_ALIASES:
         if alias in by_norm:
             col = by_norm[alias]
@@ -796,6 +782,15 @@ _PACKED_FORMATS = (
     ("%Y%m%d%H%M%S", 1800_01_01_000000, 2200_12_31_235959),
     ("%Y", 1800, 2200),
 )
+
+
+def _two_digits(values: pd.Series) -> pd.Series:
+    """An hour or minute column as two-digit text (9 -> '09'); anything else as written, for
+    the timestamp parse to name."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.notna().all() and (numbers % 1 == 0).all():
+        return numbers.astype("Int64").astype(str).str.zfill(2)
+    return values.astype(str).str.strip()
 
 
 def _clock_times(times: pd.Series) -> pd.Series:
