@@ -81,8 +81,11 @@ def greedy_return(act: Any, env_id: str, episodes: int) -> float:
     return total / episodes
 
 
-def run_one(env_id: str, config: str, seed: int, steps: int, episodes: int) -> dict[str, Any]:
-    """Train one configuration on one seed; its greedy return and training wall time."""
+def run_one(
+    env_id: str, config: str, seed: int, steps: int, episodes: int, smoke: bool
+) -> dict[str, Any]:
+    """Train one configuration on one seed; its greedy return and training wall time (in smoke
+    mode, with learning starting early enough for a few updates)."""
     torch.set_num_threads(1)
     if config.startswith("foxhunt"):
         from foxhunt.runs import build_spec
@@ -91,7 +94,7 @@ def run_one(env_id: str, config: str, seed: int, steps: int, episodes: int) -> d
         preset = config.split()[1]
         spec = build_spec(env=env_id, preset_name=preset, seed=seed, total_steps=steps)
         hp = spec.hyperparameters.replace(eval_interval=0, torch_threads=1)
-        if steps < 5000:  # smoke: let a few updates run
+        if smoke:
             hp = hp.replace(learning_starts=hp.effective_batch_size)
         trainer = DQNTrainer(hp, env_id)
         try:
@@ -107,7 +110,7 @@ def run_one(env_id: str, config: str, seed: int, steps: int, episodes: int) -> d
         from stable_baselines3 import DQN
 
         kwargs = dict(ZOO[env_id][1]) if config == "sb3 zoo" else {}
-        if steps < 5000:
+        if smoke:
             kwargs["learning_starts"] = min(kwargs.get("learning_starts", 100), 100)
         model = DQN("MlpPolicy", env_id, seed=seed, device="cpu", verbose=0, **kwargs)
         t0 = time.perf_counter()
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seeds = args.seeds[:1] if args.smoke else args.seeds
     episodes = 1 if args.smoke else EVAL_EPISODES
     jobs = [
-        (env_id, config, seed, 600 if args.smoke else ZOO[env_id][0], episodes)
+        (env_id, config, seed, 600 if args.smoke else ZOO[env_id][0], episodes, args.smoke)
         for env_id in envs
         for seed in seeds
         for config in CONFIGS

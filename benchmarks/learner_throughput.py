@@ -113,6 +113,12 @@ def make_sb3(batch: int, data: dict[str, np.ndarray]) -> Any:
     model.set_logger(Logger(folder=None, output_formats=[]))
     rb = model.replay_buffer
     assert rb is not None and rb.buffer_size == n and rb.n_envs == 1
+    fill_sb3_replay(rb, data)
+    return model
+
+
+def fill_sb3_replay(rb: Any, data: dict[str, np.ndarray]) -> None:
+    """Put the benchmark's transitions into an SB3 ``ReplayBuffer`` (one env), full."""
     rb.observations[:, 0] = data["obs"]
     rb.next_observations[:, 0] = data["next_obs"]
     rb.actions[:, 0, 0] = data["actions"]
@@ -120,7 +126,16 @@ def make_sb3(batch: int, data: dict[str, np.ndarray]) -> Any:
     rb.dones[:, 0] = data["dones"]
     rb.timeouts[:] = 0.0
     rb.pos, rb.full = 0, True
-    return model
+
+
+def mlp() -> torch.nn.Sequential:
+    """The benchmark's Q-network as plain torch: OBS_DIM -> HIDDEN (ReLU) -> N_ACTIONS."""
+    layers: list[torch.nn.Module] = []
+    width = OBS_DIM
+    for h in HIDDEN:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        width = h
+    return torch.nn.Sequential(*layers, torch.nn.Linear(width, N_ACTIONS))
 
 
 class MinimalLoop:
@@ -130,12 +145,7 @@ class MinimalLoop:
         torch.manual_seed(0)
         self.batch = batch
         self.t = {k: torch.from_numpy(v) for k, v in data.items()}
-        layers: list[torch.nn.Module] = []
-        width = OBS_DIM
-        for h in HIDDEN:
-            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-            width = h
-        self.net = torch.nn.Sequential(*layers, torch.nn.Linear(width, N_ACTIONS))
+        self.net = mlp()
         self.target = copy.deepcopy(self.net).requires_grad_(False)
         self.params = list(self.net.parameters())
         self.opt = torch.optim.Adam(self.params, lr=LR, foreach=True)
@@ -169,18 +179,8 @@ class CleanRLLoop:
         self.rb = ReplayBuffer(
             n, env.observation_space, env.action_space, "cpu", handle_timeout_termination=False
         )
-        self.rb.observations[:, 0] = data["obs"]
-        self.rb.next_observations[:, 0] = data["next_obs"]
-        self.rb.actions[:, 0, 0] = data["actions"]
-        self.rb.rewards[:, 0] = data["rewards"]
-        self.rb.dones[:, 0] = data["dones"]
-        self.rb.pos, self.rb.full = 0, True
-        layers: list[torch.nn.Module] = []
-        width = OBS_DIM
-        for h in HIDDEN:
-            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
-            width = h
-        self.q_network = torch.nn.Sequential(*layers, torch.nn.Linear(width, N_ACTIONS))
+        fill_sb3_replay(self.rb, data)
+        self.q_network = mlp()
         self.target_network = copy.deepcopy(self.q_network)
         self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=LR)
         self.batch = batch

@@ -500,8 +500,8 @@ def test_epsilon_greedy_matches_deciding_after_the_forward_pass(
     obs = np.random.default_rng(1).normal(size=(3, 6)).astype(np.float32)
     greedy = agent.greedy_actions(obs)
     calls = []
-    real = agent.greedy_actions
-    monkeypatch.setattr(agent, "greedy_actions", lambda o: calls.append(1) or real(o))
+    real = agent._greedy  # the network pass act() runs
+    monkeypatch.setattr(agent, "_greedy", lambda o: calls.append(1) or real(o))
     for eps in (0.0, 0.3, 0.7, 1.0):
         for _ in range(20):
             rng = copy.deepcopy(agent.rng)

@@ -393,7 +393,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _origin(args: argparse.Namespace, spec: Any) -> str:
     """Where the hyperparameters came from, lowest precedence first: the preset (named by
     --preset, else the env's default), the config file, the --set overrides."""
-    preset = args.preset or ("trading" if spec.is_trading else "classic")
+    from foxhunt.runs import default_preset
+
+    preset = args.preset or default_preset(spec.is_trading)
     parts = [f"preset {preset}"]
     if args.config:
         parts.append(str(args.config))
@@ -507,6 +509,7 @@ def _check_search_dir(path: Path, study_name: str, storage: str | None, force: b
 
 
 def cmd_hyperopt(args: argparse.Namespace) -> int:
+    from foxhunt.config import RUN_KEYS
     from foxhunt.hyperopt import run_hyperopt
 
     spec = _spec_from_args(args)
@@ -520,7 +523,7 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
         sampler_seed=args.sampler_seed,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         # What the user set explicitly stays as set; the search tunes the rest.
-        fixed={k for k in _overrides(args.overrides) if "." not in k} - {"total_env_steps"},
+        fixed={k for k in _overrides(args.overrides) if "." not in k} - RUN_KEYS,
     )
     if not args.run_dir:  # said after the search, so a refused input stays one line
         log.warning(

@@ -415,7 +415,7 @@ class DQNHyperparameters(BaseModel):
         data = load_config_dict(Path(path))
         # A flat run file (configs/cartpole.yaml) also names its env and step budget: those
         # are the run's (foxhunt.runs.build_spec), not hyperparameters.
-        data = {k: v for k, v in data.items() if k not in _RUN_KEYS}
+        data = {k: v for k, v in data.items() if k not in RUN_KEYS}
         unknown = [k for k in data if k not in cls.model_fields]
         if unknown:
             key = unknown[0]
@@ -438,7 +438,7 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return str(err).splitlines()[0] if str(err) else "invalid YAML"
 
 
-_RUN_KEYS = frozenset({"env", "total_env_steps", "market", "trading"})
+RUN_KEYS = frozenset({"env", "total_env_steps", "market", "trading"})
 """Keys of a run file that belong to the run, not to DQNHyperparameters."""
 
 

@@ -543,10 +543,13 @@ class DQNAgent:
             f"got: {arr.shape}{hint}"
         )
 
-    @torch.inference_mode()
     def greedy_actions(self, obs: np.ndarray) -> np.ndarray:
         """argmax_a Q(obs, a) for a batch of observations (or one, as a batch of one)."""
-        batch, _ = self._as_batch(obs)
+        return self._greedy(self._as_batch(obs)[0])
+
+    @torch.inference_mode()
+    def _greedy(self, batch: np.ndarray) -> np.ndarray:
+        """argmax_a Q for a batch already checked by ``_as_batch``."""
         x = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
         return self.online_net.q_values(self.online_net(x)).argmax(dim=1).cpu().numpy()
 
@@ -554,7 +557,7 @@ class DQNAgent:
         """Epsilon-greedy actions for a batch (or one observation, returning an int)."""
         batch, single = self._as_batch(obs)
         if epsilon <= 0.0:
-            greedy = self.greedy_actions(batch)
+            greedy = self._greedy(batch)
             return int(greedy[0]) if single else greedy
         n = len(batch)
         # The same draws in the same order as deciding after the forward pass, so the actions
@@ -565,7 +568,7 @@ class DQNAgent:
         if randoms is not None and explore.all():
             actions = randoms
         else:
-            greedy = self.greedy_actions(batch)
+            greedy = self._greedy(batch)
             actions = greedy if randoms is None else np.where(explore, randoms, greedy)
         return int(actions[0]) if single else actions
 
@@ -575,12 +578,9 @@ class DQNAgent:
         and the action is the env's (``Discrete(n, start)`` counts from ``start``). Noise is off.
         ``act`` is the network's view, which the training loop uses."""
         batch, single = self._as_batch(self.env_interface.observations(observation))
-        if self.online_net.training:
-            with self.evaluation():
-                greedy = self.greedy_actions(batch)
-        else:
-            greedy = self.greedy_actions(batch)
-        actions = self.env_interface.actions(greedy)
+        noise_off = self.evaluation() if self.online_net.training else contextlib.nullcontext()
+        with noise_off:
+            actions = self.env_interface.actions(self._greedy(batch))
         return int(actions[0]) if single else actions
 
     @contextlib.contextmanager

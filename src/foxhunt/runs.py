@@ -30,7 +30,12 @@ from pydantic import (
 )
 
 from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object
-from foxhunt.config import DQNHyperparameters, _format_validation_error, load_config_dict
+from foxhunt.config import (
+    RUN_KEYS,
+    DQNHyperparameters,
+    _format_validation_error,
+    load_config_dict,
+)
 from foxhunt.envs.trading import TradingEnvConfig
 from foxhunt.errors import ConfigError, DataError, FoxhuntError
 
@@ -112,6 +117,13 @@ class RunSpec(BaseModel):
         return yaml.safe_dump(data, sort_keys=False)
 
 
+def default_preset(trading: bool) -> str:
+    """The preset a run starts from when none is named. Every Gymnasium env takes the
+    classic-control configuration: the plain defaults learned nothing on Acrobot or
+    MountainCar in 100k steps, it solves both (BENCHMARKS §2)."""
+    return "trading" if trading else "classic"
+
+
 def preset(name: str, **overrides: Any) -> DQNHyperparameters:
     """Hyperparameters of a named preset."""
     if name == "default":
@@ -127,7 +139,7 @@ def preset(name: str, **overrides: Any) -> DQNHyperparameters:
     raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got: {name!r}")
 
 
-_SECTIONS = frozenset({"hyperparameters", "env", "market", "trading", "total_env_steps"})
+_SECTIONS = RUN_KEYS | {"hyperparameters"}
 
 
 def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -225,9 +237,7 @@ def build_spec(
                 f"{what} applies to the trading environment, got it with --env {env!r}"
             )
     if preset_name is None:
-        # Every Gymnasium env starts from the classic-control configuration: the plain defaults
-        # learned nothing on Acrobot or MountainCar in 100k steps, it solves both (BENCHMARKS §2).
-        preset_name = "trading" if trading else "classic"
+        preset_name = default_preset(trading)
     trading_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("trading.")}
     market_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("market.")}
     hp_over = {k: v for k, v in overrides.items() if "." not in k}

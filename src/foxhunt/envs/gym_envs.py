@@ -56,12 +56,12 @@ class EnvInterface:
             return observation  # the network's input already: checked by the agent
         n, start = self.one_hot
         try:
-            index = np.asarray(observation)
+            index: np.ndarray | None = np.asarray(observation)
         except ValueError:  # ragged: (obs, info) from env.reset(), say
-            index = np.asarray(None)
-        if index.dtype.kind not in "iu":
+            index = None
+        if index is None or index.dtype.kind not in "iu":
             # A float vector is likely the one-hot view the network takes: act()'s input.
-            vector = index.dtype.kind == "f" and index.ndim >= 1
+            vector = index is not None and index.dtype.kind == "f" and index.ndim >= 1
             hint = " (act() takes the one-hot vector)" if vector else ""
             raise ValueError(
                 f"observation must be the env's Discrete({n}, start={start}) state (an integer) "
