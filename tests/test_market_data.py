@@ -1265,3 +1265,237 @@ def test_separate_hour_and_minute_columns_make_the_time_of_day(tmp_path):
     )
     df = load_ohlcv(write(tmp_path, text))
     assert list(df.index) == list(pd.date_range("2023-01-02 09:30", periods=3, freq="15min"))
+
+
+# ------------------------------------------------ a third probe of vendors' exports (fixed)
+def bars(stamps: list[str], header: str = "Date,Open,High,Low,Close,Volume") -> str:
+    return header + "\n" + "".join(f"{s},10,11,9,10.5,100\n" for s in stamps)
+
+
+@pytest.mark.parametrize(
+    ("stamps", "expected"),
+    [
+        # Chinese vendors' 17-digit yyyyMMddHHmmssSSS: beyond a float64's exact integers.
+        (
+            ["20240102093000000", "20240102093100500"],
+            ["2024-01-02 09:30:00", "2024-01-02 09:31:00.500"],
+        ),
+        # YYYYMMDDHH would be epoch seconds in 2034: packed digits, not the future.
+        (["2024010209", "2024010210"], ["2024-01-02 09:00", "2024-01-02 10:00"]),
+    ],
+    ids=["yyyymmddhhmmssfff", "yyyymmddhh"],
+)
+def test_packed_digit_timestamps(tmp_path, stamps, expected):
+    df = load_ohlcv(write(tmp_path, bars(stamps, "Time,Open,High,Low,Close,Volume")))
+    assert list(df.index) == [pd.Timestamp(e) for e in expected]
+
+
+@pytest.mark.parametrize(
+    ("stamps", "needle"),
+    [
+        # Past 2262 nanoseconds wrapped around to 2026 without an error.
+        (["20240102093", "20240102094"], "row 1: epoch time (s) beyond"),
+        (["1704067200", "3000000000"], "row 2: epoch time (s) beyond"),
+        # Excel writes 13-digit epoch ms as 1.70407E+12: moved by up to hours, silently.
+        (["1.70407E+12", "1.70415E+12", "1.70424E+12"], "epoch times are rounded"),
+    ],
+    ids=["past-2262", "future", "spreadsheet-rounded"],
+)
+def test_epoch_times_that_cannot_be_bars_are_refused(tmp_path, stamps, needle):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, bars(stamps, "Time,Open,High,Low,Close,Volume")))
+    assert_one_line(err, "'Time'", needle)
+
+
+def test_whole_epoch_times_are_not_taken_for_rounded_ones(tmp_path):
+    # Hourly bars in epoch ms: every value a multiple of 10^5 ms (100 s), not of 1000 s.
+    stamps = [str(1704067200000 + 3_600_000 * i) for i in range(5)]
+    df = load_ohlcv(write(tmp_path, bars(stamps, "Time,Open,High,Low,Close,Volume")))
+    assert list(df.index) == list(pd.date_range("2024-01-01", periods=5, freq="h"))
+
+
+def test_plain_rows_beside_offset_rows_are_refused(tmp_path):
+    stamps = ["2024-01-02 09:30:00", "2024-01-02 10:30:00", "2024-01-02 11:30:00-05:00"]
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, bars(stamps)))
+    assert_one_line(err, "row 3", "has a UTC offset and row 1", "does not")
+
+
+@pytest.mark.parametrize(
+    ("stamps", "expected"),
+    [
+        # Fixed-offset abbreviations, across the US DST change (EST -5, EDT -4).
+        (["2024-03-08 09:30:00 EST", "2024-03-11 09:30:00 EDT"], ["14:30", "13:30"]),
+        # An IANA zone (the IB API's bars) placed by the zone's own rules.
+        (["20240308 09:30:00 US/Eastern", "20240311 09:30:00 US/Eastern"], ["14:30", "13:30"]),
+        (["Mar 8, 2024 9:30 AM EST", "Mar 11, 2024 9:30 AM EDT"], ["14:30", "13:30"]),
+        # Dukascopy's short GMT offset; an offset followed by a redundant name; Java's form.
+        (["2024-03-08 09:30:00 GMT+2", "2024-03-11 09:30:00 GMT+2"], ["07:30", "07:30"]),
+        (["2024-03-08 09:30:00+00:00 UTC", "2024-03-11 09:30:00+00:00 UTC"], ["09:30", "09:30"]),
+        (
+            [
+                "2024-03-08T09:30-05:00[America/New_York]",
+                "2024-03-11T09:30-04:00[America/New_York]",
+            ],
+            ["14:30", "13:30"],
+        ),
+    ],
+    ids=["abbreviations", "iana", "month-name-am", "gmt-offset", "offset-then-utc", "java"],
+)
+def test_time_zone_names_are_read_as_utc(tmp_path, stamps, expected):
+    df = load_ohlcv(write(tmp_path, bars([f'"{s}"' for s in stamps])))
+    days = ["2024-03-08", "2024-03-11"]
+    assert list(df.index) == [pd.Timestamp(f"{d} {t}") for d, t in zip(days, expected, strict=True)]
+
+
+def test_a_zone_abbreviation_with_several_meanings_is_refused(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, bars(["2024-01-02 09:30 CST", "2024-01-03 09:30 CST"])))
+    assert_one_line(err, "row 1", "'CST' has several meanings", "UTC offsets")
+
+
+def test_a_time_column_beside_the_date_may_carry_the_zone(tmp_path):
+    text = "Date,Time,Open,High,Low,Close\n2024-01-02,09:30:00 EST,1,2,0.5,1.5\n"
+    text += "2024-01-02,09:31:00 EST,1,2,0.5,1.5\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2024-01-02 14:30"), pd.Timestamp("2024-01-02 14:31")]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1'234.50", 1234.5), ('"1 234.50"', 1234.5), ('"12,34,567.50"', 1234567.5)],
+    ids=["apostrophe-groups", "space-groups", "indian-groups"],
+)
+def test_digit_groups_are_read(tmp_path, value, expected):
+    text = f"Date,Open,High,Low,Close\n2024-01-02,1,{value},1,1\n2024-01-03,1,{value},1,1\n"
+    assert load_ohlcv(write(tmp_path, text))["high"].tolist() == [expected, expected]
+
+
+@pytest.mark.parametrize("value", ["112'08", '"187 15"'], ids=["32nds", "space"])
+def test_an_apostrophe_or_space_that_groups_no_three_digits_is_no_number(tmp_path, value):
+    # Dropping it read a Treasury price in 32nds (112'08) as 11208.
+    text = f"Date,Open,High,Low,Close\n2024-01-02,{value},200,100,150\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text), min_rows=1)
+    assert_one_line(err, "column 'Open' row 1", "non-numeric value", value.strip('"'))
+
+
+def test_hours_alone_in_a_time_column_are_hours(tmp_path, caplog):
+    text = "Date,Time,Open,High,Low,Close\n" + "".join(
+        f"2024-01-02,{h},1,2,0.5,1.5\n" for h in range(24)
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == list(pd.date_range("2024-01-02", periods=24, freq="h"))
+    assert "numbers 0-23 read as hours of the day" in caplog.text
+
+
+def test_adjusted_and_unadjusted_prices_meeting_are_said(tmp_path, caplog):
+    text = "Date,Open,High,Low,Adj Close\n2024-01-02,187.15,188.44,183.89,184.94\n"
+    text += "2024-01-03,184.22,185.88,183.43,183.55\n"
+    assert load_ohlcv(write(tmp_path, text))["close"].tolist() == [184.94, 183.55]
+    assert "close read from 'Adj Close' beside unadjusted 'Open', 'High', 'Low'" in caplog.text
+    caplog.clear()
+    # Quandl WIKI: the unadjusted close jumps 7x at a split the adjusted close does not.
+    text = "Date,Open,High,Low,Close,Adj. Open,Adj. High,Adj. Low,Adj. Close\n"
+    text += "2014-06-06,645,650,640,645.57,92,93,91,92.22\n"
+    text += "2014-06-09,92.7,93.9,91.8,93.7,92.7,93.9,91.8,93.7\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["close"].tolist() == [645.57, 93.7]
+    assert "'Close' and 'Adj. Close' part by 7.00x at data row 2 (a split?)" in caplog.text
+
+
+def test_a_yfinance_frame_with_a_ticker_level(tmp_path):
+    days = pd.date_range("2024-01-01", periods=3, name="Date")
+    names = ["Close", "High", "Low", "Open", "Volume"]
+    cols = pd.MultiIndex.from_product([names, ["AAPL"]], names=["Price", "Ticker"])
+    frame = pd.DataFrame(np.tile([10.5, 11, 9, 10, 100.0], (3, 1)), index=days, columns=cols)
+    for source in (frame, tmp_path / "yf.parquet"):
+        if isinstance(source, Path):
+            frame.to_parquet(source)
+        df = load_ohlcv(source)
+        assert df["close"].tolist() == [10.5] * 3 and df["open"].tolist() == [10.0] * 3
+    two = pd.DataFrame(
+        np.ones((3, 10)), index=days, columns=pd.MultiIndex.from_product([names, ["A", "B"]])
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(two)
+    assert_one_line(err, "<DataFrame>", "holds 2 tickers (A, B)", "df.xs('A', axis=1, level=1)")
+
+
+def test_excel_serial_day_numbers_are_dates(tmp_path, caplog):
+    pytest.importorskip("openpyxl")
+    path = tmp_path / "serials.xlsx"
+    serials = [45293 + 0.395833333333333, 45293 + 0.396527777777778]  # 09:30, 09:31
+    pd.DataFrame(
+        {"Date": serials, "Open": [1, 1], "High": [2, 2], "Low": [0.5, 0.5], "Close": [1.5, 1.5]}
+    ).to_excel(path, index=False)
+    df = load_ohlcv(path)
+    assert list(df.index) == [pd.Timestamp("2024-01-02 09:30"), pd.Timestamp("2024-01-02 09:31")]
+    assert "holds Excel serial day numbers" in caplog.text
+
+
+INVESTING_ROW = '"02.01.2024","10,5","10,0","11,0","9,0","1,5K"'
+
+
+@pytest.mark.parametrize(
+    ("header", "row"),
+    [
+        ('"Дата","Цена","Откр.","Макс.","Мин.","Объём"', INVESTING_ROW),
+        ('"Tarih","Şimdi","Açılış","Yüksek","Düşük","Hac."', INVESTING_ROW),
+        ('"Data","Ostatnio","Otwarcie","Max.","Min.","Wol."', INVESTING_ROW),
+        ("Datum;Öppning;Högst;Lägst;Stängning;Volym", "2024-01-02;10,0;11,0;9,0;10,5;1500"),
+        ("日付,始値,高値,安値,終値,出来高", "2024/01/02,10.0,11.0,9.0,10.5,1500"),
+        ("日期,开盘,收盘,最高,最低,成交量", "2024-01-02,10.0,10.5,11.0,9.0,1500"),
+        ("Date,Open Price,High Price,Low Price,Close Price,Total Traded Quantity",
+         "02-Jan-2024,10.0,11.0,9.0,10.5,1500"),
+        ("Exchange Date,Close,Open,Low,High,Volume", "02-Jan-2024,10.5,10.0,9.0,11.0,1500"),
+        ("MTS,OPEN,CLOSE,HIGH,LOW,VOLUME", "1704153600000,10.0,10.5,11.0,9.0,1500"),
+        ("ticker,volume,open,close,high,low,window_start",
+         "AAPL,1500,10.0,10.5,11.0,9.0,1704153600000000000"),
+        ("Time (EET),Open,High,Low,Close,Volume", "2024.01.02 00:00:00,10.0,11.0,9.0,10.5,1500"),
+        (",1. open,2. high,3. low,4. close,5. volume", "2024-01-02,10.0,11.0,9.0,10.5,1500"),
+    ],
+    ids=["ru", "tr", "pl", "sv", "ja", "zh", "price-suffix", "refinitiv", "bitfinex", "polygon",
+         "zone-in-name", "alpha-vantage"],
+)  # fmt: skip
+def test_more_vendors_column_names(tmp_path, header, row):
+    df = load_ohlcv(write(tmp_path, f"{header}\n{row}\n"), min_rows=1)
+    assert df.index[0] == pd.Timestamp("2024-01-02")
+    assert df[["open", "high", "low", "close", "volume"]].iloc[0].tolist() == [
+        10.0, 11.0, 9.0, 10.5, 1500.0,
+    ]  # fmt: skip
+
+
+def test_excel_delimiter_hint_line_and_nasdaq_nordic_names(tmp_path):
+    text = (
+        "sep=;\nDate;Bid;Ask;Opening price;High price;Low price;Closing price;Total volume;\n"
+        "2024-01-02;10.4;10.6;10.0;11.0;9.0;10.5;1500;\n"
+    )
+    df = load_ohlcv(write(tmp_path, text), min_rows=1)
+    assert df.iloc[0].tolist() == [10.0, 11.0, 9.0, 10.5, 1500.0]
+
+
+def test_coinmarketcap_bars_are_labelled_by_their_open(tmp_path):
+    text = (
+        '"timeOpen";"timeClose";"open";"high";"low";"close";"volume";"timestamp"\n'
+        '"2024-01-02T00:00:00.000Z";"2024-01-02T23:59:59.999Z";10;11;9;10.5;1500;'
+        '"2024-01-02T23:59:59.999Z"\n'
+    )
+    df = load_ohlcv(write(tmp_path, text), min_rows=1)
+    assert df.index[0] == pd.Timestamp("2024-01-02")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "cp932"])
+def test_text_without_a_bom_in_other_encodings(tmp_path, encoding):
+    header = "日付,始値,高値,安値,終値" if encoding == "cp932" else "Date,Open,High,Low,Close"
+    text = header + "\n2024-01-02,10,11,9,10.5\n2024-01-03,10,11,9,10.5\n"
+    path = tmp_path / "bars.csv"
+    path.write_bytes(text.encode(encoding))
+    assert load_ohlcv(path)["close"].tolist() == [10.5, 10.5]
+
+
+def test_a_space_inside_a_value_of_a_space_aligned_file_is_named_so(tmp_path):
+    text = "DateTime Open High Low Close Volume\n2024-01-02 09:30:00 1 2 0.5 1.5 100\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text, "bars.txt"))
+    assert_one_line(err, "line 2", "(an unquoted space inside a value?)")

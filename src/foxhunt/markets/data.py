@@ -23,6 +23,7 @@ import re
 import warnings
 import zipfile
 import zlib
+import zoneinfo
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Literal, NamedTuple
@@ -69,25 +70,50 @@ _ALIASES: dict[str, str] = {
     "px low": "low",
     "px last": "close",
     "px volume": "volume",
+    # Exchange and broker exports (NSE/BSE, Bybit, Nasdaq Nordic).
+    "open price": "open",
+    "opening price": "open",
+    "high price": "high",
+    "low price": "low",
+    "close price": "close",
+    "closing price": "close",
+    "total volume": "volume",
+    "total traded quantity": "volume",
 }
 # The same names in the languages of common localised exports (investing.com, onvista, boursorama,
 # broker statements): German, French, Spanish, Italian, Portuguese, Dutch, Polish.
+# Russian, Turkish and Swedish too.
 _LOCALISED: dict[str, tuple[str, ...]] = {
     "open": ("eröffnung", "eroeffnung", "eröffn", "erster", "ouverture", "ouv", "apertura",
-             "abertura", "opening", "otwarcie"),
+             "abertura", "opening", "otwarcie", "откр", "открытие", "açılış", "acilis",
+             "öppning", "öppningskurs"),
     "high": ("hoch", "höchst", "hoechst", "tageshoch", "plus haut", "haut", "máximo", "maximo",
-             "máx", "máxima", "maxima", "massimo", "max", "hoogste", "najwyższy", "najwyzszy"),
+             "máx", "máxima", "maxima", "massimo", "max", "hoogste", "najwyższy", "najwyzszy",
+             "макс", "максимум", "yüksek", "yuksek", "högst", "högsta", "högsta kurs"),
     "low": ("tief", "tiefst", "tagestief", "plus bas", "bas", "mínimo", "minimo", "mín",
-            "mínima", "minima", "min", "laagste", "najniższy", "najnizszy"),
+            "mínima", "minima", "min", "laagste", "najniższy", "najnizszy", "мин", "минимум",
+            "düşük", "dusuk", "lägst", "lägsta", "lägsta kurs"),
     "close": ("schluss", "schlusskurs", "clôture", "cloture", "cierre", "chiusura", "fechamento",
-              "fecho", "clot", "slot", "zamknięcie", "zamkniecie"),
-    "volume": ("volumen", "stück", "stücke", "volumes", "wolumen"),
+              "fecho", "clot", "slot", "zamknięcie", "zamkniecie", "закр", "закрытие",
+              "kapanış", "kapanis", "stängning", "stängningskurs"),
+    "volume": ("volumen", "stück", "stücke", "volumes", "wolumen", "wol", "объём", "объем",
+               "hacim", "hac", "volym"),
 }  # fmt: skip
 _ALIASES.update({name: canon for canon, names in _LOCALISED.items() for name in names})
+# Japanese and Chinese exports write decimal points, so they stay out of _LOCALISED.
+_ALIASES.update(
+    {
+        "始値": "open", "开盘": "open", "开盘价": "open", "開盤": "open", "開盤價": "open",
+        "高値": "high", "最高": "high", "最高价": "high", "最高價": "high",
+        "安値": "low", "最低": "low", "最低价": "low", "最低價": "low",
+        "終値": "close", "收盘": "close", "收盘价": "close", "收盤": "close", "收盤價": "close",
+        "出来高": "volume", "成交量": "volume",
+    }
+)  # fmt: skip
 # "Last" / "price" in those languages (investing.com's localised "Price" column is the close).
 _LOCALISED_LAST = (
     "zuletzt", "letzter", "dernier", "último", "ultimo", "laatste", "preço", "precio", "prezzo",
-    "kurs",
+    "kurs", "ostatnio", "цена", "şimdi", "simdi", "senast",
 )  # fmt: skip
 # Every language above writes decimal commas; "max"/"min"/"opening" are shared with English.
 _DECIMAL_COMMA_HEADERS = frozenset(
@@ -97,7 +123,10 @@ _DECIMAL_COMMA_HEADERS = frozenset(
 # unadjusted open/high/low is usually wrong), "price"/"last" (investing.com, exchange exports) and
 # tick volume (MetaTrader exports carry both <TICKVOL> and <VOL>).
 _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
-    "adj close": ("close", frozenset({"adj close", "adjclose", "adjusted close", "adj. close"})),
+    "adj close": (
+        "close",
+        frozenset({"adj close", "adjclose", "adjusted close", "adj. close", "調整後終値"}),
+    ),
     # Quandl's adjusted-only exports: one adjustment for every column, so they stay consistent.
     "adj open": ("open", frozenset({"adj open", "adj. open", "adjusted open"})),
     "adj high": ("high", frozenset({"adj high", "adj. high", "adjusted high"})),
@@ -108,6 +137,7 @@ _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
 }
 # Timestamp column names, in order of preference.
 _TIMESTAMP_ALIASES = (
+    "timeopen",  # CoinMarketCap: the bar's open, before its close-time "timestamp"
     "timestamp",
     "datetime",
     "date time",
@@ -131,7 +161,17 @@ _TIMESTAMP_ALIASES = (
     "trade date",
     "trading date",
     "day",
+    "exchange date",
+    "日付",
+    "日期",
+    "дата",
+    "tarih",
+    "时间",
+    "時間",
+    "время",
     "ts",
+    "mts",
+    "window start",
     "unix",
     "unix timestamp",
     "t",
@@ -150,10 +190,18 @@ _DATE_ONLY_ALIASES = (
     "trade date",
     "trading date",
     "day",
+    "exchange date",
+    "日付",
+    "日期",
+    "дата",
+    "tarih",
 )
 # A time-of-day column beside a date-only one (German, French, Spanish, Italian, Dutch exports;
 # IEX's intraday "minute").
-_TIME_OF_DAY_ALIASES = ("time", "zeit", "uhrzeit", "heure", "hora", "ora", "tijd", "minute")
+_TIME_OF_DAY_ALIASES = (
+    "time", "zeit", "uhrzeit", "heure", "hora", "ora", "tijd", "tid", "время", "saat", "時刻",
+    "時間", "时间", "minute",
+)  # fmt: skip
 _MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
 # Relative slack for the high/low consistency checks: values written to CSV with limited
 # precision may disagree in the last digits; anything larger is a real data error.
@@ -167,6 +215,7 @@ def _norm(name: object) -> str:
     text = str(name).strip().lower().replace("_", " ").replace("-", " ")
     text = text.replace("<", "").replace(">", "").rstrip("*").rstrip(".")
     text = re.sub(r"\s*\([$€£¥]\)$", "", text)  # a currency sign as the unit: "Close ($)"
+    text = re.sub(r"^\d\.\s+", "", text)  # Alpha Vantage's JSON keys: "1. open"
     return " ".join(text.split())
 
 
@@ -243,7 +292,8 @@ def _positional_names(frame: pd.DataFrame) -> list[str]:
 
 def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if isinstance(source, pd.DataFrame):
-        return _typed_decimals(source.copy()), "<DataFrame>"
+        label = "<DataFrame>"
+        return _typed_decimals(_one_ticker_columns(source.copy(), label)), label
     if not isinstance(source, str | Path):
         raise DataError(
             f"<{type(source).__name__}>: expected a file path or a pandas DataFrame, "
@@ -268,7 +318,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         if suffix == ".xlsx":
             frame = _read_excel(path, label)
         elif suffix in (".parquet", ".pq"):
-            frame = _typed_decimals(pd.read_parquet(path))
+            frame = _typed_decimals(_one_ticker_columns(pd.read_parquet(path), label))
             if isinstance(frame.index, pd.MultiIndex):  # (symbol, date): levels become columns
                 frame = frame.reset_index()
         else:
@@ -284,10 +334,15 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 if encoding != "utf-8-sig":
                     raise
                 # Not UTF-8: Windows-1252 is what Excel in Western Europe writes (Eröffnung
-                # with the byte 0xF6).
-                log.warning("%s: not UTF-8 text; reading it as Windows-1252", label)
+                # with the byte 0xF6), Shift-JIS what Japanese brokers write (日付,始値).
+                fallback = "cp932" if _shift_jis_header(path, label) else "cp1252"
+                log.warning(
+                    "%s: not UTF-8 text; reading it as %s",
+                    label,
+                    "Shift-JIS" if fallback == "cp932" else "Windows-1252",
+                )
                 try:
-                    frame = _read_csv(path, sep, dtype, "cp1252", skip, label)
+                    frame = _read_csv(path, sep, dtype, fallback, skip, label)
                 except UnicodeDecodeError:
                     raise DataError(
                         f"{label}: cannot read file: not text (neither UTF-8, UTF-16 nor "
@@ -333,6 +388,26 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return frame, label
 
 
+def _one_ticker_columns(frame: pd.DataFrame, label: str) -> pd.DataFrame:
+    """yfinance's ``download()`` frame, columns ``(Price, Ticker)``: one ticker's level is
+    dropped (as in its CSV layout); several tickers are refused."""
+    if not isinstance(frame.columns, pd.MultiIndex) or frame.columns.nlevels != 2:
+        return frame
+    for level in (1, 0):
+        names = frame.columns.get_level_values(1 - level)
+        if sum(_norm(n) in _ALIASES for n in names.unique()) < 3:
+            continue  # not the price names: the other level may be
+        tickers = sorted({str(t) for t in frame.columns.get_level_values(level)})
+        if len(tickers) > 1:
+            raise DataError(
+                f"{label}: holds {len(tickers)} tickers ({', '.join(tickers[:5])}); foxhunt "
+                f"trades one instrument per frame: select one, e.g. df.xs({tickers[0]!r}, "
+                f"axis=1, level={level})"
+            )
+        return frame.droplevel(level, axis=1)
+    return frame
+
+
 def _read_excel(path: Path, label: str) -> pd.DataFrame:
     """The first sheet holding data, its header found as in a CSV (title rows above it are
     skipped; a sheet without one is read by position). Cells keep Excel's types: dates are
@@ -347,6 +422,7 @@ def _read_excel(path: Path, label: str) -> pd.DataFrame:
     try:
         book = openpyxl.load_workbook(path, read_only=True)
         visible = [ws.title for ws in book.worksheets if ws.sheet_state == "visible"]
+        epoch = pd.Timestamp(book.epoch)  # 1899-12-30, or 1904-01-01 (old Mac workbooks)
         book.close()
         sheets = pd.read_excel(path, sheet_name=visible, header=None) if visible else {}
     except Exception as exc:  # zipfile/openpyxl/XML errors of a damaged workbook alike
@@ -378,6 +454,29 @@ def _read_excel(path: Path, label: str) -> pd.DataFrame:
             label,
             name,
             ", ".join(c for c in frame.columns if not c.startswith("column ")),
+        )
+    return _excel_serial_dates(frame, epoch, label)
+
+
+def _excel_serial_dates(frame: pd.DataFrame, epoch: pd.Timestamp, label: str) -> pd.DataFrame:
+    """Timestamp columns holding Excel's serial day numbers (a date cell in General format:
+    45293 is 2024-01-02, 45293.3958 09:30 that day) as dates. Serials from 2200 (1906) up never
+    meet a year (1800-2200), YYYYMMDD (8 digits) or an epoch time (from 1e8)."""
+    for col in frame.columns:
+        values = frame[col]
+        if _norm(col) not in _TIMESTAMP_ALIASES or not pd.api.types.is_numeric_dtype(values):
+            continue
+        days = values.to_numpy(dtype=np.float64)
+        if not len(days) or not np.all((days > 2200) & (days < 2_958_466)):
+            continue
+        stamps = epoch + pd.to_timedelta(days, unit="D")
+        frame[col] = pd.DatetimeIndex(stamps).round("s")  # Excel keeps ~1 us
+        log.warning(
+            "%s: column %r holds Excel serial day numbers (%s is %s); read as dates",
+            label,
+            str(col),
+            _number(days[0]),
+            _stamp(frame[col].iloc[0]),
         )
     return frame
 
@@ -497,7 +596,27 @@ def _sniff_text(path: Path, suffix: str, label: str = "") -> tuple[str, list[str
     except (OSError, EOFError):
         return "utf-8-sig", []  # pandas reports the real problem with the file
     encoding = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8-sig"
+    if encoding != "utf-16" and len(raw) >= 16:
+        # UTF-16 without its BOM: every other byte of ASCII text is zero.
+        if raw[1::2].count(0) > 0.4 * len(raw[1::2]):
+            encoding = "utf-16-le"
+        elif raw[0::2].count(0) > 0.4 * len(raw[0::2]):
+            encoding = "utf-16-be"
     return encoding, raw.decode(encoding, errors="replace").splitlines()[:50]
+
+
+def _shift_jis_header(path: Path, label: str) -> bool:
+    """Whether a file that is not UTF-8 shows more known column names as Shift-JIS (日付,始値)
+    than as Windows-1252 (Eröffnung): both decode most bytes, so the names decide."""
+    with _open_bytes(path, label) as f:
+        raw = f.read(1 << 16)
+    raw = raw[: raw.rfind(b"\n") + 1] or raw  # no character cut in half at the end
+
+    def names(encoding: str) -> int:
+        lines = raw.decode(encoding, errors="replace").splitlines()[:40]
+        return max((_header_names(line) for line in lines), default=0)
+
+    return names("cp932") > names("cp1252")
 
 
 def _header_names(line: str) -> int:
@@ -514,6 +633,9 @@ def _leading_comments(lines: list[str]) -> int:
     n = 0
     for line in lines:
         text = line.strip()
+        if re.fullmatch(r'"?sep=.?"?', text, flags=re.IGNORECASE):
+            n += 1  # Excel's delimiter hint (sep=;), Nasdaq Nordic's first line
+            continue
         if text and not text.startswith("#") and any(d in text for d in ",;\t|"):
             break
         n += 1
@@ -544,7 +666,8 @@ def _check_field_counts(lines: list[str], sep: str, first_line: int, label: str)
         if any(field.strip() for field in row[names:]):
             raise DataError(
                 f"{label}: line {first_line + i}: {len(row)} fields but the header has {names} "
-                f"(an unquoted {sep!r} inside a value?): {_fmt(lines[i])}"
+                f"(an unquoted {'space' if sep == _WHITESPACE else repr(sep)} inside a "
+                f"value?): {_fmt(lines[i])}"
             )
 
 
@@ -601,6 +724,7 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
     for kind, (canon, _) in _FALLBACKS.items():
         if canon not in found and kind in fallback:
             found[canon] = fallback[kind]
+    _adjustment_notes(frame, found, fallback, label)
     if "volume" not in found:
         volume = _volume_variant(frame, label)
         if volume is not None:
@@ -622,6 +746,47 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
             )
         raise DataError(f"{label}: missing column(s) {', '.join(missing)} (found: {seen})")
     return found
+
+
+def _adjustment_notes(
+    frame: pd.DataFrame, found: dict[str, object], fallback: dict[str, object], label: str
+) -> None:
+    """Say when adjusted and unadjusted prices meet: an adjusted close beside unadjusted
+    open/high/low, or unadjusted prices used where adjusted ones show a split the unadjusted
+    series jumps over (Quandl's WIKI files: a 7:1 split reads as a -86% bar)."""
+    adjusted = fallback.get("adj close")
+    if adjusted is None:
+        return
+    if found.get("close") == adjusted:
+        unadjusted = [str(found[c]) for c in ("open", "high", "low") if c in found]
+        if unadjusted and all(
+            found[c] != fallback.get(f"adj {c}") for c in ("open", "high", "low")
+        ):
+            log.warning(
+                "%s: close read from %r beside unadjusted %s: the bars mix adjusted and "
+                "unadjusted prices",
+                label,
+                str(adjusted),
+                ", ".join(repr(c) for c in unadjusted),
+            )
+        return
+    close = pd.to_numeric(frame[found["close"]], errors="coerce").to_numpy(dtype=np.float64)
+    adj = pd.to_numeric(frame[adjusted], errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.abs(np.diff(np.log(adj / close)))
+    jumps = np.flatnonzero(np.nan_to_num(steps) > np.log(1.1))
+    if len(jumps):
+        pos = int(jumps[0]) + 1
+        log.warning(
+            "%s: %r and %r part by %.2fx at data row %d (a split?): the unadjusted %r is "
+            "used and jumps there; keep only adjusted columns to train on those",
+            label,
+            str(found["close"]),
+            str(adjusted),
+            float(np.exp(steps[pos - 1])),
+            pos + 1,
+            str(found["close"]),
+        )
 
 
 _INSTRUMENT_COLUMNS = ("symbol", "ticker", "instrument", "isin", "asset", "pair", "security")
@@ -706,6 +871,8 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     by_norm: dict[str, object] = {}
     for col in frame.columns:
         by_norm.setdefault(_norm(col), col)
+    for col in frame.columns:  # a zone or unit after the name: Dukascopy's "Time (EET)"
+        by_norm.setdefault(re.sub(r"\s*\([^()]*\)$", "", _norm(col)), col)
     has = {alias for alias in _TIMESTAMP_ALIASES if alias in by_norm}
     # Separate date and time columns (MetaTrader, MetaStock/Stooq exports) are joined into one.
     date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
@@ -721,7 +888,7 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
                 clock = _two_digits(frame[hcol]) + ":" + _two_digits(frame[mcol])
                 return (dates + " " + clock).reset_index(drop=True), f"{dcol}+{hcol}+{mcol}"
             tcol = by_norm[time_alias]
-            joined = dates + " " + _clock_times(frame[tcol])
+            joined = dates + " " + _clock_times(frame[tcol], label, str(tcol))
             return joined.reset_index(drop=True), f"{dcol}+{tcol}"
     for alias in _TIMESTAMP_ALIASES:
         if alias in by_norm:
@@ -820,8 +987,10 @@ def _other_timestamps(
 # (format, smallest, largest) of integer timestamps that spell a calendar date.
 _PACKED_FORMATS = (
     ("%Y%m%d", 1800_01_01, 2200_12_31),
+    ("%Y%m%d%H", 1800_01_01_00, 2200_12_31_23),
     ("%Y%m%d%H%M", 1800_01_01_0000, 2200_12_31_2359),
     ("%Y%m%d%H%M%S", 1800_01_01_000000, 2200_12_31_235959),
+    ("%Y%m%d%H%M%S%f", 1800_01_01_000000_000, 2200_12_31_235959_999),
     ("%Y", 1800, 2200),
 )
 
@@ -835,15 +1004,19 @@ def _two_digits(values: pd.Series) -> pd.Series:
     return values.astype(str).str.strip()
 
 
-def _clock_times(times: pd.Series) -> pd.Series:
+def _clock_times(times: pd.Series, label: str, column: str) -> pd.Series:
     """A time-of-day column as HH:MM[:SS] text. Digits only (often read as integers, leading
-    zeros lost) are HHMM when every value fits HHMM (930 is 09:30), else HHMMSS (93000)."""
+    zeros lost) are HHMM when every value fits HHMM (930 is 09:30), else HHMMSS (93000); 0-23
+    alone are hours (hourly bars), not the first 24 minutes of a day."""
     if pd.api.types.is_float_dtype(times.dtype) and np.all(times.dropna() % 1 == 0):
         times = times.astype("Int64")
     text = times.astype(str).str.strip()
     if not text.str.fullmatch(r"\d{1,6}").all():
         return text
     digits = text.astype(np.int64)
+    if (digits <= 23).all() and digits.nunique() > 1:
+        log.warning("%s: column %r: numbers 0-23 read as hours of the day", label, column)
+        return text.str.zfill(2) + ":00"
     hhmm = bool(((digits // 100 <= 23) & (digits % 100 <= 59)).all())
     width = 4 if hhmm else 6
     padded = text.str.zfill(width)
@@ -875,14 +1048,19 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
     elif pd.api.types.is_bool_dtype(dtype):
         raise fail_at(0, "cannot parse timestamp")
     elif pd.api.types.is_numeric_dtype(dtype):
-        values = raw.to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            raise fail_at(int(np.argmax(bad)), "cannot parse timestamp")
-        as_int = values.astype(np.int64)
+        if pd.api.types.is_integer_dtype(dtype):  # exactly: 17 digits are beyond a float64
+            as_int = raw.to_numpy(dtype=np.int64)
+            values = as_int.astype(np.float64)
+        else:
+            values = raw.to_numpy(dtype=np.float64)
+            bad = ~np.isfinite(values)
+            if bad.any():
+                raise fail_at(int(np.argmax(bad)), "cannot parse timestamp")
+            as_int = np.where(np.abs(values) < 9e18, values, 0).astype(np.int64)
         if np.all(as_int == values):
             # Packed calendar digits: YYYYMMDD (as epoch seconds these would all fall within
-            # 1970-08), YYYYMMDDHHMM (as epoch ms, 1976), YYYYMMDDHHMMSS, or a bare year.
+            # 1970-08), YYYYMMDDHH (2027-2039 as seconds), YYYYMMDDHHMM (as epoch ms, 1976),
+            # YYYYMMDDHHMMSS, YYYYMMDDHHMMSSfff (Chinese vendors' bars), or a bare year.
             for fmt, lo, hi in _PACKED_FORMATS:
                 if np.all((as_int >= lo) & (as_int <= hi)):
                     packed = pd.to_datetime(
@@ -914,6 +1092,28 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
                 _EPOCH_UNITS[units[0]],
                 _EPOCH_UNITS[units[pos]],
             )
+        seconds = values / np.power(1000.0, units)
+        # Checked before converting: past 2262 nanoseconds wrap around without an error.
+        latest = pd.Timestamp(pd.Timestamp.now().year + 2, 1, 1).timestamp()
+        late = (seconds >= latest) | (seconds < -9.2e9)
+        if late.any():
+            pos = int(np.argmax(late))
+            raise fail_at(
+                pos,
+                f"epoch time ({_EPOCH_UNITS[units[pos]]}) beyond "
+                f"{pd.Timestamp(latest, unit='s').year - 1} or before 1677, not a bar's time:",
+            )
+        if len(values) > 1 and np.all(as_int == values):
+            # Every value a multiple of 1000 s or more: the digits were rounded away (a
+            # spreadsheet's 1.70407E+12), which moves bars by up to hours, not a bar size.
+            zeros = sum((as_int % 10**k == 0).astype(np.int64) for k in range(1, 19))
+            if np.all(10.0**zeros / np.power(1000.0, units) >= 1000):
+                raise DataError(
+                    f"{label}: column {column!r}: epoch times are rounded (first value "
+                    f"{_number(values[0])}, every value a multiple of "
+                    f"{_number(float(10 ** int(zeros.min())))}), e.g. by a spreadsheet's "
+                    "number format (1.70407E+12); write them in full"
+                )
         stamps = np.empty(len(values), dtype="datetime64[ns]")
         try:
             for code in np.unique(units):
@@ -932,6 +1132,9 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         if digits.mean() > 0.5 and not text[~digits].str.contains(r"\d[/.\-:]\d").any():
             # Epoch numbers with a stray word ("oops", "n/a"): name that row, not row 1.
             raise fail_at(int(np.argmin(digits)), "cannot parse timestamp")
+        zoned = _split_zones(text, label, column)
+        if zoned is not None:
+            return zoned
         if text.str.fullmatch(_TIME_OF_DAY).all():
             raise DataError(
                 f"{label}: column {column!r} holds times of day without a date (first value "
@@ -962,6 +1165,96 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
 _ISO = re.compile(
     r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}([.,]\d+)?)?)?\s?(Z|[+-]\d{2}(:?\d{2})?)?"
 )
+# A UTC offset (or Z) after an ISO time of day.
+_ISO_OFFSET = re.compile(r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s?(?:Z|[+-]\d{2}(?::?\d{2})?)$")
+# Zone abbreviations with one meaning in market data; CST (US Central or China), IST, BST and
+# AST have several and are refused rather than guessed.
+_ZONE_OFFSETS = {
+    "UTC": 0, "GMT": 0, "Z": 0, "WET": 0, "WEST": 60, "CET": 60, "CEST": 120, "EET": 120,
+    "EEST": 180, "MSK": 180, "EST": -300, "EDT": -240, "CDT": -300, "MST": -420, "MDT": -360,
+    "PST": -480, "PDT": -420, "JST": 540, "KST": 540, "HKT": 480, "SGT": 480, "AEST": 600,
+    "AEDT": 660, "NZST": 720, "NZDT": 780,
+}  # fmt: skip
+_AMBIGUOUS_ZONES = frozenset({"CST", "IST", "BST", "AST", "ADT", "SST"})
+# A timestamp ending in a zone: "... EST", "... US/Eastern", "... GMT+2", "...-05:00[America/
+# New_York]" (Java), "... +00:00 UTC".
+_ZONE_SUFFIX = re.compile(
+    r"^(?P<body>.*?(?:\d|[AaPp]\.?[Mm]\.?))\s*"
+    r"(?:\[(?P<bracket>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)+)\]"
+    r"|(?P<zone>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)+|[A-Za-z]{1,5})"
+    r"(?P<offset>[+-]\d{1,2}(?::?\d{2})?)?)$"
+)
+
+
+def _zone_offset(zone: str, offset: str | None) -> int | str | None:
+    """Minutes east of UTC for an abbreviation (or UTC/GMT with an offset), the name of an IANA
+    zone, or None when ``zone`` is not a time zone at all."""
+    upper = zone.upper()
+    if offset:
+        if upper not in ("UTC", "GMT"):
+            return None
+        sign = -1 if offset[0] == "-" else 1
+        digits = offset[1:].replace(":", "")
+        hours, minutes = (digits, "0") if len(digits) <= 2 else (digits[:-2], digits[-2:])
+        return sign * (int(hours) * 60 + int(minutes))
+    if upper in _ZONE_OFFSETS:
+        return _ZONE_OFFSETS[upper]
+    if "/" in zone:
+        try:
+            zoneinfo.ZoneInfo(zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            return None
+        return zone
+    return None
+
+
+def _split_zones(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex | None:
+    """Timestamps that end in a time zone's name, in UTC; None when the values do not all end in
+    one. Abbreviations are fixed offsets (EST is -05:00, EDT -04:00); an IANA name (the IB API's
+    ``US/Eastern``) is placed by the zone's rules; a name after an explicit offset adds nothing."""
+    parts = text.str.extract(_ZONE_SUFFIX.pattern)
+    if parts["body"].isna().any():
+        return None
+    body = parts["body"]
+    offsets = [None if pd.isna(o) else str(o) for o in parts["offset"]]
+    if parts["bracket"].notna().all() or (
+        parts["zone"].str.upper().isin(["UTC", "GMT", "Z"]).all()
+        and not any(offsets)
+        and body.str.contains(_ISO_OFFSET.pattern).all()
+    ):
+        return _parse_timestamps(body, label, column)  # the offset before the name decides
+    ambiguous = parts["zone"].str.upper().isin(_AMBIGUOUS_ZONES).to_numpy()
+    if ambiguous.any():
+        pos = int(np.argmax(ambiguous))
+        raise DataError(
+            f"{label}: column {column!r} row {pos + 1}: time zone {parts['zone'].iloc[pos]!r} "
+            f"has several meanings ({_fmt(text.iloc[pos])}); write UTC offsets (-06:00)"
+        )
+    keys = list(zip(parts["zone"].astype(str), offsets, strict=True))
+    zones: dict[tuple[str, str | None], int | str] = {}
+    for key in dict.fromkeys(keys):
+        found = _zone_offset(*key)
+        if found is None:
+            return None
+        zones[key] = found
+    local = _parse_timestamps(body, label, column)
+    result = local.to_numpy(dtype="datetime64[ns]").copy()
+    for key, zone in zones.items():
+        mask = np.array([k == key for k in keys])
+        if isinstance(zone, int):
+            result[mask] = local[mask] - pd.Timedelta(minutes=zone)
+            continue
+        try:
+            placed = local[mask].tz_localize(zone, ambiguous="infer", nonexistent="raise")
+        except (ValueError, TypeError) as err:  # pytz/zoneinfo DST errors are ValueErrors
+            raise DataError(
+                f"{label}: column {column!r}: times in {zone} cannot be placed across a "
+                f"daylight-saving change ({str(err).splitlines()[0]}); write UTC offsets"
+            ) from None
+        result[mask] = placed.tz_convert("UTC").tz_localize(None)
+    return pd.DatetimeIndex(result)
+
+
 # A day-month-year or month-day-year date with a two-digit year (01/02/23, 02-Jan-23).
 _TWO_DIGIT_YEAR = re.compile(r"(\d{1,2}([/.\-])(?:\d{1,2}|[A-Za-z]{3,9})\2)(\d{2})(?=$|[\sT])")
 _NUMERIC_DATE = re.compile(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
@@ -1032,6 +1325,19 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if text.str.fullmatch(_ISO).all():
+            offset = text.str.contains(_ISO_OFFSET.pattern).to_numpy()
+            utc = text.str.contains(r"(?:Z|[+-]00:?00)$").to_numpy()
+            if offset.any() and not offset.all() and not utc[offset].all():
+                # yfinance rows (-05:00) appended to a plain file: the plain rows' zone is
+                # unknown, and reading them as UTC would open a false gap of hours. (Beside
+                # UTC rows, plain rows are read as UTC too.)
+                pos = int(np.argmax(offset != offset[0]))
+                raise DataError(
+                    f"{label}: column {column!r} row {pos + 1}: timestamp "
+                    f"{_fmt(original.iloc[pos])} {'has' if offset[pos] else 'lacks'} a UTC "
+                    f"offset and row 1 ({_fmt(original.iloc[0])}) "
+                    f"{'does not' if offset[pos] else 'has one'}; write every row one way"
+                )
             try:
                 result = pd.to_datetime(text, utc=True, format="ISO8601")
                 return pd.DatetimeIndex(result).tz_localize(None)
@@ -1181,10 +1487,14 @@ def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
     """Numbers written for people: thousands separators (1,234.5 / 1.234,5 / 1 234,5 / 1'234.5)
     and K/M/B suffixes (investing.com volumes), with the file's decimal mark (see
     :func:`_decimal_comma`); anything still unreadable becomes NaN for the caller to report."""
-    text = raw.astype(str).str.strip().str.replace(r"[\s'\u00a0]", "", regex=True)
-    text = text.str.replace(r"^([+-]?)[$€£¥]", r"\1", regex=True)  # Nasdaq.com's $182.01
+    # A space or apostrophe only ever groups three digits: 112'08 (a bond price in 32nds) or
+    # 187 15 is no number, where dropping it would read 11208 or 18715.
+    text = raw.astype(str).str.strip().str.replace(r"(?<=\d)[\s']+(?=\d{3}(?!\d))", "", regex=True)
+    text = text.str.replace(r"^([+-]?)[$€£¥]\s*|\s*[$€£¥]$", r"\1", regex=True)  # $182.01
     group, mark = (".", ",") if decimal_comma else (",", ".")
-    grouped = rf"[+-]?(\d{{1,3}}(\{group}\d{{3}})+|\d+)(\{mark}\d*)?[kKmMbB]?"
+    # Indian digit grouping (12,34,567.50) writes lakhs and crores in pairs.
+    indian = r"|\d{1,2}(,\d{2})*,\d{3}" if group == "," else ""
+    grouped = rf"[+-]?(\d{{1,3}}(\{group}\d{{3}})+|\d+{indian})(\{mark}\d*)?[kKmMbB]?"
     ok = text.str.fullmatch(grouped)
     text = text.where(~ok, text.str.replace(group, "", regex=False).str.replace(mark, "."))
     suffix = text.str[-1:].str.lower()
