@@ -1499,3 +1499,14 @@ def test_a_space_inside_a_value_of_a_space_aligned_file_is_named_so(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, text, "bars.txt"))
     assert_one_line(err, "line 2", "(an unquoted space inside a value?)")
+
+
+def test_an_excel_time_of_day_beside_the_date_is_no_serial(tmp_path):
+    pytest.importorskip("openpyxl")
+    path = tmp_path / "hhmmss.xlsx"
+    pd.DataFrame(
+        {"Date": ["2024-01-02", "2024-01-02"], "Time": [93000, 93100], "Open": [1, 1],
+         "High": [2, 2], "Low": [0.5, 0.5], "Close": [1.5, 1.5]}
+    ).to_excel(path, index=False)  # fmt: skip
+    df = load_ohlcv(path)
+    assert list(df.index) == [pd.Timestamp("2024-01-02 09:30"), pd.Timestamp("2024-01-02 09:31")]

@@ -462,10 +462,13 @@ def _excel_serial_dates(frame: pd.DataFrame, epoch: pd.Timestamp, label: str) ->
     """Timestamp columns holding Excel's serial day numbers (a date cell in General format:
     45293 is 2024-01-02, 45293.3958 09:30 that day) as dates. Serials from 2200 (1906) up never
     meet a year (1800-2200), YYYYMMDD (8 digits) or an epoch time (from 1e8)."""
+    dated = any(_norm(c) in _DATE_ONLY_ALIASES for c in frame.columns)
     for col in frame.columns:
         values = frame[col]
         if _norm(col) not in _TIMESTAMP_ALIASES or not pd.api.types.is_numeric_dtype(values):
             continue
+        if dated and _norm(col) in _TIME_OF_DAY_ALIASES:
+            continue  # a time of day beside the date (93000 is 09:30:00), not a serial
         days = values.to_numpy(dtype=np.float64)
         if not len(days) or not np.all((days > 2200) & (days < 2_958_466)):
             continue
@@ -1212,6 +1215,8 @@ def _split_zones(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex |
     """Timestamps that end in a time zone's name, in UTC; None when the values do not all end in
     one. Abbreviations are fixed offsets (EST is -05:00, EDT -04:00); an IANA name (the IB API's
     ``US/Eastern``) is placed by the zone's rules; a name after an explicit offset adds nothing."""
+    if not re.search(r"(?:[A-Za-z\]]|(?:GMT|UTC)[+-][\d:]+)$", str(text.iloc[0])):
+        return None  # the common case, without a regex pass over the whole column
     parts = text.str.extract(_ZONE_SUFFIX.pattern)
     if parts["body"].isna().any():
         return None
