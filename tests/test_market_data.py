@@ -1419,7 +1419,9 @@ def test_a_yfinance_frame_with_a_ticker_level(tmp_path):
     )
     with pytest.raises(DataError) as err:
         load_ohlcv(two)
-    assert_one_line(err, "<DataFrame>", "holds 2 tickers (A, B)", "df.xs('A', axis=1, level=1)")
+    assert_one_line(
+        err, "<DataFrame>", "hold 2 sets of prices (A, B)", "df.xs('A', axis=1, level=1)"
+    )
 
 
 def test_excel_serial_day_numbers_are_dates(tmp_path, caplog):
@@ -1510,3 +1512,73 @@ def test_an_excel_time_of_day_beside_the_date_is_no_serial(tmp_path):
     ).to_excel(path, index=False)  # fmt: skip
     df = load_ohlcv(path)
     assert list(df.index) == [pd.Timestamp("2024-01-02 09:30"), pd.Timestamp("2024-01-02 09:31")]
+
+
+# A review of the third probe's fixes found these; each loaded wrong or was refused.
+@pytest.mark.parametrize(
+    ("stamp", "expected"),
+    [
+        ("2024-01-02 10:00:00 -0500 EST", "2024-01-02 15:00"),  # Go's time.String()
+        ("2024-01-02T10:00:00+01:00 CET", "2024-01-02 09:00"),
+        ("2024-01-02T10:00:00-05:00 America/New_York", "2024-01-02 15:00"),
+    ],
+)
+def test_a_zone_name_after_an_offset_is_not_applied_twice(tmp_path, stamp, expected):
+    df = load_ohlcv(write(tmp_path, bars([stamp])), min_rows=1)
+    assert df.index[0] == pd.Timestamp(expected)
+
+
+def test_a_zone_in_the_header_keeps_the_times_as_written(tmp_path, caplog):
+    text = "Time (EET),Open,High,Low,Close\n"
+    text += "2024-07-01 00:00,1,2,0.5,1.5\n2024-07-02 00:00,1,2,0.5,1.5\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2024-07-01"), pd.Timestamp("2024-07-02")]
+    assert "times kept as written, in EET local time" in caplog.text
+    # A unit is no zone: "Time (ms)" beside the date is not its time of day.
+    text = (
+        "Date,Open,High,Low,Close,Time (ms)\n2024-01-02,1,2,0.5,1.5,12\n2024-01-03,1,2,0.5,1.5,15\n"
+    )
+    df = load_ohlcv(write(tmp_path, text, "units.csv"))
+    assert list(df.index) == [pd.Timestamp("2024-01-02"), pd.Timestamp("2024-01-03")]
+
+
+def test_a_standard_time_abbreviation_on_summer_dates_is_warned(tmp_path, caplog):
+    df = load_ohlcv(write(tmp_path, bars(["2024-07-01 09:30 EST", "2024-07-02 09:30 EST"])))
+    assert df.index[0] == pd.Timestamp("2024-07-01 14:30")  # as written: -05:00
+    assert "EST written on summer dates (2024-07-01 14:30:00)" in caplog.text
+    assert "America/New_York" in caplog.text
+
+
+def test_a_zone_name_on_newest_first_rows_across_the_fall_back(tmp_path):
+    hours = ["03:00", "02:00", "01:00", "01:00", "00:00"]  # 01:00 twice: EDT, then EST
+    df = load_ohlcv(write(tmp_path, bars([f"20241103 {h}:00 US/Eastern" for h in hours])))
+    assert list(df.index) == list(pd.date_range("2024-11-03 04:00", periods=5, freq="h"))
+
+
+def test_plain_names_beside_their_exchange_variants(tmp_path):
+    text = "Date,Open,High,Low,Close,Volume,Total Volume\n2024-01-02,1,2,0.5,1.5,10,20\n"
+    assert load_ohlcv(write(tmp_path, text), min_rows=1)["volume"].tolist() == [10.0]
+    # NSE's bhavcopy: CLOSE_PRICE is the close, not LAST_PRICE.
+    text = (
+        "DATE1,OPEN_PRICE,HIGH_PRICE,LOW_PRICE,LAST_PRICE,CLOSE_PRICE,TTL_TRD_QNTY\n"
+        "2024-01-02,1.5,1.6,1.4,1.56,1.55,10\n"
+    ).replace("DATE1", "DATE")
+    df = load_ohlcv(write(tmp_path, text, "nse.csv"), min_rows=1)
+    assert df[["close", "volume"]].iloc[0].tolist() == [1.55, 10.0]
+
+
+def test_a_space_before_a_volume_suffix(tmp_path):
+    text = "Date;Open;High;Low;Close;Volume\n2024-01-02;1,5;1,6;1,4;1,55;1,23 M\n"
+    assert load_ohlcv(write(tmp_path, text), min_rows=1)["volume"].tolist() == [1_230_000.0]
+
+
+def test_excel_numbers_past_next_year_are_no_serial_dates(tmp_path):
+    pytest.importorskip("openpyxl")
+    path = tmp_path / "hhmmss.xlsx"
+    pd.DataFrame(
+        {"Time": [93000, 93100], "Open": [1, 1], "High": [2, 2], "Low": [0.5, 0.5],
+         "Close": [1.5, 1.5]}
+    ).to_excel(path, index=False)  # fmt: skip
+    with pytest.raises(DataError) as err:
+        load_ohlcv(path)  # as serials, these would be dates in 2154
+    assert_one_line(err, "'Time'", "are neither dates")

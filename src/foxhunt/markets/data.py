@@ -70,15 +70,6 @@ _ALIASES: dict[str, str] = {
     "px low": "low",
     "px last": "close",
     "px volume": "volume",
-    # Exchange and broker exports (NSE/BSE, Bybit, Nasdaq Nordic).
-    "open price": "open",
-    "opening price": "open",
-    "high price": "high",
-    "low price": "low",
-    "close price": "close",
-    "closing price": "close",
-    "total volume": "volume",
-    "total traded quantity": "volume",
 }
 # The same names in the languages of common localised exports (investing.com, onvista, boursorama,
 # broker statements): German, French, Spanish, Italian, Portuguese, Dutch, Polish.
@@ -123,6 +114,17 @@ _DECIMAL_COMMA_HEADERS = frozenset(
 # unadjusted open/high/low is usually wrong), "price"/"last" (investing.com, exchange exports) and
 # tick volume (MetaTrader exports carry both <TICKVOL> and <VOL>).
 _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
+    # Exchange and broker exports (NSE/BSE, Bybit, Nasdaq Nordic), used only without the plain
+    # name, which a file may hold beside them ("Volume" and "Total Volume"); first, so that
+    # NSE's CLOSE_PRICE comes before its LAST_PRICE.
+    "open price": ("open", frozenset({"open price", "opening price"})),
+    "high price": ("high", frozenset({"high price"})),
+    "low price": ("low", frozenset({"low price"})),
+    "close price": ("close", frozenset({"close price", "closing price"})),
+    "total volume": (
+        "volume",
+        frozenset({"total volume", "total traded quantity", "ttl trd qnty"}),
+    ),
     "adj close": (
         "close",
         frozenset({"adj close", "adjclose", "adjusted close", "adj. close", "調整後終値"}),
@@ -199,7 +201,7 @@ _DATE_ONLY_ALIASES = (
 # A time-of-day column beside a date-only one (German, French, Spanish, Italian, Dutch exports;
 # IEX's intraday "minute").
 _TIME_OF_DAY_ALIASES = (
-    "time", "zeit", "uhrzeit", "heure", "hora", "ora", "tijd", "tid", "время", "saat", "時刻",
+    "time", "zeit", "uhrzeit", "heure", "hora", "ora", "tijd", "время", "saat", "時刻",
     "時間", "时间", "minute",
 )  # fmt: skip
 _MISSING_STRINGS = {"", "nan", "na", "n/a", "null", "none", "nat"}
@@ -400,9 +402,9 @@ def _one_ticker_columns(frame: pd.DataFrame, label: str) -> pd.DataFrame:
         tickers = sorted({str(t) for t in frame.columns.get_level_values(level)})
         if len(tickers) > 1:
             raise DataError(
-                f"{label}: holds {len(tickers)} tickers ({', '.join(tickers[:5])}); foxhunt "
-                f"trades one instrument per frame: select one, e.g. df.xs({tickers[0]!r}, "
-                f"axis=1, level={level})"
+                f"{label}: its two-level columns hold {len(tickers)} sets of prices "
+                f"({', '.join(tickers[:5])}); foxhunt trades one series per frame: select "
+                f"one, e.g. df.xs({tickers[0]!r}, axis=1, level={level})"
             )
         return frame.droplevel(level, axis=1)
     return frame
@@ -470,7 +472,8 @@ def _excel_serial_dates(frame: pd.DataFrame, epoch: pd.Timestamp, label: str) ->
         if dated and _norm(col) in _TIME_OF_DAY_ALIASES:
             continue  # a time of day beside the date (93000 is 09:30:00), not a serial
         days = values.to_numpy(dtype=np.float64)
-        if not len(days) or not np.all((days > 2200) & (days < 2_958_466)):
+        latest = (pd.Timestamp(pd.Timestamp.now().year + 2, 1, 1) - epoch).days  # as for epochs
+        if not len(days) or not np.all((days > 2200) & (days < latest)):
             continue
         stamps = epoch + pd.to_timedelta(days, unit="D")
         frame[col] = pd.DatetimeIndex(stamps).round("s")  # Excel keeps ~1 us
@@ -625,7 +628,10 @@ def _shift_jis_header(path: Path, label: str) -> bool:
 def _header_names(line: str) -> int:
     """How many fields of a line are column names this loader knows (date, open, close, ...)."""
     names = [_norm(f.strip('"')) for f in re.split(r"[,;\t|]", line)]
-    return sum(n in _ALIASES or n in _TIMESTAMP_ALIASES[:-1] for n in names)
+    return sum(
+        n in _ALIASES or n in _TIMESTAMP_ALIASES[:-1] or any(n in f for _, f in _FALLBACKS.values())
+        for n in names
+    )
 
 
 def _leading_comments(lines: list[str]) -> int:
@@ -874,8 +880,17 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     by_norm: dict[str, object] = {}
     for col in frame.columns:
         by_norm.setdefault(_norm(col), col)
-    for col in frame.columns:  # a zone or unit after the name: Dukascopy's "Time (EET)"
-        by_norm.setdefault(re.sub(r"\s*\([^()]*\)$", "", _norm(col)), col)
+    for col in frame.columns:  # a zone after the name: Dukascopy's "Time (EET)"
+        m = re.fullmatch(r"(.+?)\s*\(([^()]+)\)", _norm(col))
+        if m and m[1] in _TIMESTAMP_ALIASES and _header_zone(m[2]) and m[1] not in by_norm:
+            by_norm[m[1]] = col
+            if m[2].upper() not in ("UTC", "GMT"):
+                log.warning(
+                    "%s: column %r: times kept as written, in %s local time (not converted to UTC)",
+                    label,
+                    str(col),
+                    m[2].upper() if "/" not in m[2] else m[2],
+                )
     has = {alias for alias in _TIMESTAMP_ALIASES if alias in by_norm}
     # Separate date and time columns (MetaTrader, MetaStock/Stooq exports) are joined into one.
     date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
@@ -1211,23 +1226,38 @@ def _zone_offset(zone: str, offset: str | None) -> int | str | None:
     return None
 
 
+def _header_zone(name: str) -> bool:
+    """Whether a column name's parenthesised suffix names a time zone (not a unit: "ms")."""
+    upper = name.upper()
+    if upper in _ZONE_OFFSETS or upper in _AMBIGUOUS_ZONES:
+        return True
+    if re.fullmatch(r"(?:GMT|UTC)[+-]\d{1,2}(?::?\d{2})?", upper):
+        return True
+    return "/" in name  # an IANA name (kept as written, so never looked up)
+
+
 def _split_zones(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex | None:
     """Timestamps that end in a time zone's name, in UTC; None when the values do not all end in
     one. Abbreviations are fixed offsets (EST is -05:00, EDT -04:00); an IANA name (the IB API's
     ``US/Eastern``) is placed by the zone's rules; a name after an explicit offset adds nothing."""
-    if not re.search(r"(?:[A-Za-z\]]|(?:GMT|UTC)[+-][\d:]+)$", str(text.iloc[0])):
-        return None  # the common case, without a regex pass over the whole column
+    first = str(text.iloc[0])
+    if (
+        not re.search(r"(?:[A-Za-z\]]|(?:GMT|UTC)[+-][\d:]+)$", first)
+        or _ISO.fullmatch(first)  # ends in Z: ISO, read as such
+        or re.search(r"\d\s*[AaPp]\.?[Mm]\.?$", first)  # a 12-hour clock, no zone
+    ):
+        return None  # the common cases, without a regex pass over the whole column
     parts = text.str.extract(_ZONE_SUFFIX.pattern)
     if parts["body"].isna().any():
         return None
     body = parts["body"]
     offsets = [None if pd.isna(o) else str(o) for o in parts["offset"]]
     if parts["bracket"].notna().all() or (
-        parts["zone"].str.upper().isin(["UTC", "GMT", "Z"]).all()
-        and not any(offsets)
-        and body.str.contains(_ISO_OFFSET.pattern).all()
+        not any(offsets) and body.str.contains(_ISO_OFFSET.pattern).all()
     ):
-        return _parse_timestamps(body, label, column)  # the offset before the name decides
+        # "-05:00[America/New_York]" (Java), "-0500 EST" (Go), "+00:00 UTC": the offset
+        # written before the name places the time; the name adds nothing.
+        return _parse_timestamps(body, label, column)
     ambiguous = parts["zone"].str.upper().isin(_AMBIGUOUS_ZONES).to_numpy()
     if ambiguous.any():
         pos = int(np.argmax(ambiguous))
@@ -1249,15 +1279,55 @@ def _split_zones(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex |
         if isinstance(zone, int):
             result[mask] = local[mask] - pd.Timedelta(minutes=zone)
             continue
+        times = local[mask]
+        newest_first = len(times) > 1 and times[0] > times[-1]
+        if newest_first:  # "infer" places a repeated hour by the order of the times
+            times = times[::-1]
         try:
-            placed = local[mask].tz_localize(zone, ambiguous="infer", nonexistent="raise")
+            placed = times.tz_localize(zone, ambiguous="infer", nonexistent="raise")
         except (ValueError, TypeError) as err:  # pytz/zoneinfo DST errors are ValueErrors
             raise DataError(
                 f"{label}: column {column!r}: times in {zone} cannot be placed across a "
                 f"daylight-saving change ({str(err).splitlines()[0]}); write UTC offsets"
             ) from None
-        result[mask] = placed.tz_convert("UTC").tz_localize(None)
+        placed = placed.tz_convert("UTC").tz_localize(None)
+        result[mask] = placed[::-1] if newest_first else placed
+    _summer_abbreviations(pd.DatetimeIndex(result), keys, label, column)
     return pd.DatetimeIndex(result)
+
+
+# A standard-time abbreviation and the zone whose summers it does not cover.
+_STANDARD_ZONES = {
+    "EST": "America/New_York", "PST": "America/Los_Angeles", "CET": "Europe/Berlin",
+    "EET": "Europe/Athens", "WET": "Europe/Lisbon", "AEST": "Australia/Sydney",
+    "NZST": "Pacific/Auckland",
+}  # fmt: skip
+
+
+def _summer_abbreviations(
+    utc: pd.DatetimeIndex, keys: list[tuple[str, str | None]], label: str, column: str
+) -> None:
+    """Warn when a standard-time abbreviation is written on a date its region keeps summer
+    time: many vendors write EST for New York's local time all year, an hour off in summer.
+    The abbreviation is read as written (EST is -05:00)."""
+    for zone, area in _STANDARD_ZONES.items():
+        mask = np.array([k == (zone, None) for k in keys])
+        if not mask.any():
+            continue
+        summer = utc[mask].tz_localize("UTC").tz_convert(area).map(lambda t: bool(t.dst()))
+        if np.asarray(summer).any():
+            when = utc[mask][int(np.argmax(np.asarray(summer)))]
+            log.warning(
+                "%s: column %r: %s written on summer dates (%s): read as %s's fixed offset; if "
+                "these are %s local times, write %s instead",
+                label,
+                column,
+                zone,
+                _stamp(when),
+                zone,
+                area,
+                area,
+            )
 
 
 # A day-month-year or month-day-year date with a two-digit year (01/02/23, 02-Jan-23).
@@ -1495,6 +1565,7 @@ def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
     # A space or apostrophe only ever groups three digits: 112'08 (a bond price in 32nds) or
     # 187 15 is no number, where dropping it would read 11208 or 18715.
     text = raw.astype(str).str.strip().str.replace(r"(?<=\d)[\s']+(?=\d{3}(?!\d))", "", regex=True)
+    text = text.str.replace(r"(?<=\d)\s+(?=[kKmMbB]$)", "", regex=True)  # "1,23 M"
     text = text.str.replace(r"^([+-]?)[$€£¥]\s*|\s*[$€£¥]$", r"\1", regex=True)  # $182.01
     group, mark = (".", ",") if decimal_comma else (",", ".")
     # Indian digit grouping (12,34,567.50) writes lakhs and crores in pairs.
