@@ -125,6 +125,18 @@ def test_evaluate_scores_the_trained_agent(run: Path) -> None:
     assert printed == saved
     assert saved["env"] == "CartPole-v1" and saved["episodes"] == 2
     assert 1.0 <= saved["mean_return"] <= 500.0  # CartPole-v1 returns lie in [1, 500]
+    assert saved["model"] == "final" and len(saved["returns"]) == 2
+    assert saved["mean_return"] == pytest.approx(sum(saved["returns"]) / 2)
+    # The best weights' score goes beside the final one's, never over it.
+    best = foxhunt("evaluate", str(run), "--episodes", "2", "--model", "best", cwd=run.parent)
+    assert best.returncode == 0, best.stderr
+    assert json.loads((run / "evaluation_best.json").read_text())["model"] == "best"
+    assert json.loads((run / "evaluation.json").read_text()) == saved
+
+
+def test_summary_says_how_long_the_evaluations_took(run: Path) -> None:
+    summary = json.loads((run / "summary.json").read_text())
+    assert 0 < summary["eval_time_s"] < summary["wall_time_s"]
 
 
 def test_report_writes_index_and_plots(run: Path) -> None:
@@ -272,7 +284,8 @@ def test_force_replaces_only_a_run_and_only_after_the_inputs_check(
     ("content", "needle"),
     [
         ({"env": "CartPole-v1", "total_env_step": 400}, "unknown key 'total_env_step'"),
-        ({"env": "CartPole-v1", "env_kwargs": {"x": 1}}, "unknown key 'env_kwargs'"),
+        ({"env": "CartPole-v1", "env_args": {"x": 1}}, "unknown key 'env_args'"),
+        ({"env": "CartPole-v1", "env_kwargs": [1]}, "env_kwargs must be a mapping"),
         ({"hyperparameters": 5}, "hyperparameters must be a mapping"),
         ({"trading": 5}, "trading must be a mapping"),
         ({"market": [1]}, "market must be a mapping"),
@@ -457,3 +470,26 @@ def test_cli_probe_findings_are_one_line_errors(run: Path, tmp_path: Path) -> No
     stopped.mkdir()
     (stopped / "ensemble-plan.json").write_text('{"members": 2}')
     one_line(foxhunt("evaluate", str(stopped), cwd=tmp_path), "foxhunt ensemble resume")
+
+
+def test_env_kwargs_reach_gym_make_and_the_evaluation(tmp_path: Path) -> None:
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    out = foxhunt(
+        "train", "--env", "FrozenLake-v1", "--set", "env_kwargs.map_name=8x8",
+        "--set", "env_kwargs.max_episode_steps=30", *sets, "--total-steps", "300",
+        "--run-dir", str(tmp_path / "fl"), "--no-progress", cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load((tmp_path / "fl" / "config.yaml").read_text())
+    assert config["env_kwargs"] == {"map_name": "8x8", "max_episode_steps": 30}
+    assert json.loads((tmp_path / "fl" / "model.json").read_text())["obs_dim"] == 64  # 8 x 8
+    out = foxhunt("evaluate", str(tmp_path / "fl"), "--episodes", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["env_kwargs"]["map_name"] == "8x8"
+    for bad, needle in (
+        (["--env", "FrozenLake-v1", "--set", "env_kwargs.foo=1"], "unexpected keyword argument"),
+        (["--set", "env_kwargs.map_name=8x8"], "env_kwargs.map_name applies to Gymnasium envs"),
+    ):
+        out = foxhunt("train", *bad, "--run-dir", str(tmp_path / "x"), cwd=tmp_path)
+        assert out.returncode == 2 and needle in out.stderr, out.stderr
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

@@ -8,9 +8,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from foxhunt.config import DQNHyperparameters
 from foxhunt.envs.gym_envs import OneHotObservation, make_gym_env
 from foxhunt.envstate import get_env_state, set_env_state
 from foxhunt.errors import ConfigError
+from foxhunt.trainer import DQNTrainer
 
 
 def test_discrete_observations_become_one_hot_vectors() -> None:
@@ -456,3 +458,26 @@ def test_observations_of_the_wrong_kind_are_named(tmp_path) -> None:  # type: ig
             cells.agent.predict((10, {}))
     finally:
         cells.close()
+
+
+def test_evaluation_episodes_of_an_env_without_a_time_limit_end(caplog):
+    # CliffWalking registers no time limit: an untrained greedy policy walks into a wall for
+    # ever, and the first evaluation never returned (training hung).
+    from foxhunt.trainer import UNLIMITED_EVAL_STEPS
+
+    hp = DQNHyperparameters(hidden_sizes=(16,), torch_threads=1, eval_interval=0)
+    trainer = DQNTrainer(hp, "CliffWalking-v1")
+    first = trainer.evaluate(2)
+    # Every step costs -1 (a cliff -100): a cut episode returns at most -1000.
+    assert first <= -UNLIMITED_EVAL_STEPS
+    assert "cut off after 1000 steps" in caplog.text
+    assert "env_kwargs.max_episode_steps" in caplog.text
+    caplog.clear()
+    trainer.evaluate(2)
+    assert "cut off" not in caplog.text  # said once per env, not at every evaluation
+
+
+def test_a_deprecated_env_id_names_its_successor():
+    with pytest.raises(ConfigError) as err:
+        DQNTrainer(DQNHyperparameters(), "Taxi-v3")
+    assert "'Taxi-v3'" in str(err.value) and "Taxi-v4" in str(err.value)

@@ -47,7 +47,7 @@ TINY = {
     "n_step": 3,
     "noisy_nets": "true",
 }
-SUMMARY_WALL_CLOCK = {"wall_time_s", "env_steps_per_s", "updates_per_s"}
+SUMMARY_WALL_CLOCK = {"wall_time_s", "eval_time_s", "env_steps_per_s", "updates_per_s"}
 
 
 def foxhunt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -127,7 +127,8 @@ def _add_spec_args(p: argparse.ArgumentParser, *, data_help: str) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a hyperparameter (or trading.X / market.X / total_env_steps); repeatable",
+        help="override a hyperparameter (or trading.X / market.X / env_kwargs.X / "
+        "total_env_steps); repeatable",
     )
     p.add_argument(
         "--total-steps", type=_positive_int("--total-steps"), help="environment steps to train for"
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "evaluate",
         help="backtest a trading run (writes RUN_DIR/backtest) or score a Gymnasium run "
-        "(writes RUN_DIR/evaluation.json)",
+        "(writes RUN_DIR/evaluation.json, or evaluation_best.json with --model best)",
     )
     e.add_argument("run_dir")
     e.add_argument(

@@ -438,7 +438,7 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return str(err).splitlines()[0] if str(err) else "invalid YAML"
 
 
-RUN_KEYS = frozenset({"env", "total_env_steps", "market", "trading"})
+RUN_KEYS = frozenset({"env", "env_kwargs", "total_env_steps", "market", "trading"})
 """Keys of a run file that belong to the run, not to DQNHyperparameters."""
 
 

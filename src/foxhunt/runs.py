@@ -9,6 +9,7 @@ directory holds ``config.yaml`` (this spec, resolved), ``metrics.csv``, ``tensor
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -94,6 +95,8 @@ class RunSpec(BaseModel):
 
     env: str | None = None
     """A Gymnasium env id; None = the trading environment."""
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of ``gym.make`` for ``env`` (``map_name``, ``max_episode_steps``)."""
     market: MarketSpec = MarketSpec()
     """Market data and regimes (trading runs)."""
     trading: dict[str, Any] = Field(default_factory=dict)
@@ -114,6 +117,8 @@ class RunSpec(BaseModel):
         data = self.model_dump(mode="json")
         if not self.is_trading:  # market and trading sections mean nothing for a Gymnasium env
             del data["market"], data["trading"]
+        if not self.env_kwargs:
+            del data["env_kwargs"]
         return yaml.safe_dump(data, sort_keys=False)
 
 
@@ -160,7 +165,11 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
     for key, value in raw.items():
         if key == "hyperparameters":
             continue
-        if key in ("market", "trading") and value is not None and not isinstance(value, dict):
+        if (
+            key in ("market", "trading", "env_kwargs")
+            and value is not None
+            and not isinstance(value, dict)
+        ):
             raise ConfigError(f"{config_file}: {key} must be a mapping, got: {value!r:.60}")
         if key == "env" and value is not None and not isinstance(value, str):
             raise ConfigError(f"{config_file}: env must be a Gymnasium id, got: {value!r:.60}")
@@ -227,6 +236,12 @@ def build_spec(
     if env is not None and data is not None:
         raise ConfigError(f"--data applies to the trading environment, got it with --env {env!r}")
     trading = env is None
+    env_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("env_kwargs.")}
+    if trading and (env_over or file_run.get("env_kwargs")):
+        what = next(iter(f"env_kwargs.{k}" for k in env_over), "an env_kwargs section")
+        raise ConfigError(
+            f"{what} applies to Gymnasium envs (--env); the trading environment takes trading.X"
+        )
     if not trading:
         foreign = sorted(k for k in overrides if k.startswith(("trading.", "market.")))
         defaults = RunSpec().model_dump(mode="json")
@@ -242,9 +257,10 @@ def build_spec(
     market_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("market.")}
     hp_over = {k: v for k, v in overrides.items() if "." not in k}
     for k in overrides:
-        if "." in k and not k.startswith(("trading.", "market.")):
+        if "." in k and not k.startswith(("trading.", "market.", "env_kwargs.")):
             raise ConfigError(
-                f"unknown setting {k!r} (use a hyperparameter name, trading.X or market.X)"
+                f"unknown setting {k!r} (use a hyperparameter name, trading.X, market.X or "
+                "env_kwargs.X)"
             )
     if seed is not None:
         hp_over["seed"] = seed
@@ -287,6 +303,7 @@ def build_spec(
     try:
         spec = RunSpec(
             env=env,
+            env_kwargs={**(file_run.get("env_kwargs") or {}), **env_over},
             market=market_spec,
             trading={**(file_run.get("trading") or {}), **trading_over},
             total_env_steps=steps,
@@ -682,7 +699,7 @@ def make_envs(
     assert env_id is not None
     from foxhunt.envs.gym_envs import make_gym_env
 
-    probe = make_gym_env(env_id)
+    probe = make_gym_env(env_id, kwargs=spec.env_kwargs)
     space, obs_space = probe.action_space, probe.observation_space
     probe.close()
     if not isinstance(space, gym.spaces.Discrete):
@@ -691,6 +708,9 @@ def make_envs(
         raise ConfigError(
             f"--env {env_id!r} must have a Box or Discrete observation space, got: {obs_space}"
         )
+    if spec.env_kwargs:
+        factory = functools.partial(make_gym_env, env_id, "env", spec.env_kwargs)
+        return factory, factory, None
     return env_id, env_id, None
 
 

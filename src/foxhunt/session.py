@@ -31,7 +31,13 @@ from foxhunt.runs import (
     save_model,
     write_data_record,
 )
-from foxhunt.trainer import DQNTrainer, capture_state, episode_returns, restore_state
+from foxhunt.trainer import (
+    DQNTrainer,
+    capture_state,
+    episode_returns,
+    evaluation_step_limit,
+    restore_state,
+)
 
 log = logging.getLogger("foxhunt.session")
 
@@ -403,8 +409,10 @@ def evaluate_run(
     agent = load_model(run_dir, model)
     act = model_policy(agent)
     if not spec.is_trading:
-        out = gym_evaluation(spec, act, episodes)
-        atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
+        out = {"model": model, **gym_evaluation(spec, act, episodes)}
+        # The best weights' score beside the final one's, never over it.
+        name = "evaluation.json" if model == "final" else f"evaluation_{model}.json"
+        atomic_write_text(run_dir / name, json.dumps(out, indent=2))
         return out
     return backtest_run(run_dir, spec, act, data=data, split="test" if split is None else split)
 
@@ -434,17 +442,22 @@ def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
     """Greedy returns of ``act`` on the run's Gymnasium env, on seeds shared by every evaluator."""
     from foxhunt.envs.gym_envs import make_gym_env
 
-    env = make_gym_env(spec.env)  # type: ignore[arg-type]
+    env = make_gym_env(spec.env, kwargs=spec.env_kwargs)  # type: ignore[arg-type]
     seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
     try:
-        returns = episode_returns(env, act, seeds)
+        limit = evaluation_step_limit(env)
+        returns = episode_returns(env, act, seeds, limit)
     finally:
         env.close()
     return {
         "env": spec.env,
+        **({"env_kwargs": spec.env_kwargs} if spec.env_kwargs else {}),
         "episodes": episodes,
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
+        "first_seed": seeds[0],
+        **({"episode_step_limit": limit} if limit < 1_000_000 else {}),
+        **({"returns": [float(r) for r in returns]} if episodes <= 1000 else {}),
     }
 
 

@@ -16,6 +16,7 @@ import math
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,17 +171,36 @@ def final_env_steps(done: int, total: int, n_envs: int) -> int:
     return done + -(-(total - done) // n_envs) * n_envs
 
 
+# Evaluation episodes of an env registered without a time limit (CliffWalking) stop here: a
+# greedy policy that loops would otherwise never end one, and training would hang in its first
+# evaluation. ``env_kwargs.max_episode_steps`` sets the env's own limit instead.
+UNLIMITED_EVAL_STEPS = 1000
+_CUT_WARNED: weakref.WeakSet[gym.Env] = weakref.WeakSet()
+
+
+def evaluation_step_limit(env: gym.Env) -> int:
+    """Steps after which an evaluation episode is cut: 1000 for an env registered without a
+    time limit; otherwise effectively none (the env's own limit, a trading span, ends it)."""
+    spec = env.spec
+    if spec is not None and spec.max_episode_steps is None:
+        return UNLIMITED_EVAL_STEPS
+    return 1_000_000
+
+
 def episode_returns(
     env: gym.Env,
     act: Callable[[np.ndarray], int],
     seeds: list[int],
-    max_steps: int = 1_000_000,
+    max_steps: int | None = None,
 ) -> list[float]:
     """Undiscounted return of one episode per seed, acting with ``act`` (float32 observations).
 
     Every greedy evaluation in foxhunt (training, ``foxhunt evaluate``, ensembles) goes through
-    here, so their numbers are comparable.
+    here, so their numbers are comparable. ``max_steps`` (default
+    :func:`evaluation_step_limit`) cuts an episode that does not end.
     """
+    if max_steps is None:
+        max_steps = evaluation_step_limit(env)
     returns, cut = [], 0
     for seed in seeds:
         obs, _ = env.reset(seed=seed)
@@ -193,10 +213,13 @@ def episode_returns(
         cut += not done
         returns.append(total)
     if cut:
-        log.warning(
+        # Once per env: a training run evaluates the same env every eval_interval steps.
+        first = env not in _CUT_WARNED
+        _CUT_WARNED.add(env)
+        (log.warning if first else log.info)(
             "%d of %d evaluation episodes cut off after %d steps without ending: their returns "
-            "count only those steps (an env with no time limit: wrap it in "
-            "gymnasium.wrappers.TimeLimit)",
+            "count only those steps (the env has no time limit: set one with --set "
+            "env_kwargs.max_episode_steps=N, or gymnasium.wrappers.TimeLimit)",
             cut,
             len(seeds),
             max_steps,
@@ -355,6 +378,7 @@ class DQNTrainer:
         self.last_eval_return: float | None = None
         self.best_eval_return: float | None = None
         self.eval_history: list[tuple[int, float]] = []
+        self._eval_seconds = 0.0  # in periodic evaluations, during the current learn()
         self._obs: np.ndarray | None = None
         self._ep_return = np.zeros(hp.n_envs, dtype=np.float64)
         self._ep_length = np.zeros(hp.n_envs, dtype=np.int64)
@@ -592,7 +616,7 @@ class DQNTrainer:
         self.env_steps += hp.n_envs
 
     # --- evaluation
-    def evaluate(self, n_episodes: int | None = None, *, max_steps: int = 1_000_000) -> float:
+    def evaluate(self, n_episodes: int | None = None, *, max_steps: int | None = None) -> float:
         """Mean greedy return (noise off) over fixed-seed episodes, so evals are comparable."""
         n = self.hp.eval_episodes if n_episodes is None else n_episodes
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -642,6 +666,7 @@ class DQNTrainer:
         progress = self._make_progress(total_env_steps)
         t_start = time.perf_counter()
         steps_start, updates_start = self.env_steps, self.agent.optimizer_steps
+        self._eval_seconds = 0.0
         with self._deferred_sigint():
             self._loop(total_env_steps, progress, callback)
         elapsed = time.perf_counter() - t_start
@@ -655,6 +680,9 @@ class DQNTrainer:
             "skipped_steps": self.agent.skipped_steps,
             "health_events": len(self.health.events),
             "wall_time_s": elapsed,
+            # Of which the periodic greedy evaluations (for a like-for-like time against a
+            # library that evaluates nothing while training).
+            "eval_time_s": self._eval_seconds,
             "env_steps_per_s": (self.env_steps - steps_start) / max(elapsed, 1e-9),
             "updates_per_s": (self.agent.optimizer_steps - updates_start) / max(elapsed, 1e-9),
         }
@@ -731,7 +759,9 @@ class DQNTrainer:
                 signal.signal(sig, handler)
 
     def _run_eval(self) -> None:
+        t0 = time.perf_counter()
         ret = self.evaluate()
+        self._eval_seconds += time.perf_counter() - t0
         self.last_eval_return = ret
         if self.best_eval_return is None or ret > self.best_eval_return:
             # Keep the weights of the best evaluation (model selection on the eval env, e.g. the

@@ -141,11 +141,11 @@ def prepare_env(env: gym.Env) -> gym.Env:
     return env
 
 
-def make_gym_env(env_id: str, name: str = "env") -> gym.Env:
-    """``gym.make(env_id)`` made ready by :func:`prepare_env`; errors name the argument
-    (``name``) and the id."""
+def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None = None) -> gym.Env:
+    """``gym.make(env_id, **kwargs)`` made ready by :func:`prepare_env`; errors name the
+    argument (``name``), the id and a keyword argument the env refused."""
     try:
-        env = gym.make(env_id)
+        env = gym.make(env_id, **(kwargs or {}))
     except (gym.error.DependencyNotInstalled, ImportError) as err:
         # ImportError: an env id naming a module to import first ("pkg:Env-v0"), or an env
         # whose implementation imports an optional package (phys2d/ needs jax).
@@ -153,9 +153,16 @@ def make_gym_env(env_id: str, name: str = "env") -> gym.Env:
         raise ConfigError(
             f"{name} {env_id!r} needs a package that is not installed: {first}"
         ) from None
+    except gym.error.DeprecatedEnv as err:
+        raise ConfigError(f"{name} {env_id!r}: {str(err).splitlines()[0]}") from None
     except gym.error.Error as err:
         raise ConfigError(
             f"{name} must be a registered Gymnasium id, got: {env_id!r} "
             f"({str(err).splitlines()[0]})"
         ) from None
+    except (TypeError, ValueError) as err:
+        if not kwargs:
+            raise
+        first = str(err).splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"env_kwargs {kwargs!r} for {env_id!r}: {first}") from None
     return prepare_env(env)
