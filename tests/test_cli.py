@@ -371,6 +371,16 @@ def test_resume_refuses_a_config_that_builds_another_environment(run: Path, tmp_
     _check_same_environment(edited, build_spec(), saved)  # unchanged: accepted
     with pytest.raises(FoxhuntError, match=r"market.synthetic_seed is 4 but .* with 0"):
         _check_same_environment(edited, build_spec(overrides={"market.synthetic_seed": 4}), saved)
+    # gym.make's keyword arguments build the env too; a checkpoint from before they were
+    # recorded was made with none.
+    lake = build_spec(env="FrozenLake-v1", overrides={"env_kwargs.is_slippery": False})
+    saved = {"run": _run_sections(lake)}
+    _check_same_environment(edited, lake, saved)
+    slippery = build_spec(env="FrozenLake-v1", overrides={"env_kwargs.is_slippery": True})
+    with pytest.raises(FoxhuntError, match=r"env_kwargs.is_slippery is True but .* with False"):
+        _check_same_environment(edited, slippery, saved)
+    old = {"run": {k: v for k, v in saved["run"].items() if k != "env_kwargs"}}
+    _check_same_environment(edited, build_spec(env="FrozenLake-v1"), old)
 
 
 def test_evaluation_options_that_do_not_apply_are_refused(tmp_path: Path) -> None:
@@ -482,14 +492,30 @@ def test_env_kwargs_reach_gym_make_and_the_evaluation(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     config = yaml.safe_load((tmp_path / "fl" / "config.yaml").read_text())
     assert config["env_kwargs"] == {"map_name": "8x8", "max_episode_steps": 30}
+    # A whole mapping at once is the same as one key at a time.
+    from foxhunt.runs import build_spec
+
+    whole = build_spec(env="FrozenLake-v1", overrides={"env_kwargs": {"map_name": "8x8"}})
+    assert whole.env_kwargs == {"map_name": "8x8"}
     assert json.loads((tmp_path / "fl" / "model.json").read_text())["obs_dim"] == 64  # 8 x 8
     out = foxhunt("evaluate", str(tmp_path / "fl"), "--episodes", "2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["env_kwargs"]["map_name"] == "8x8"
+    assert json.loads(out.stdout)["env_kwargs"]["max_episode_steps"] == 30
     for bad, needle in (
         (["--env", "FrozenLake-v1", "--set", "env_kwargs.foo=1"], "unexpected keyword argument"),
+        (["--env", "FrozenLake-v1", "--set", "env_kwargs=5"], "env_kwargs takes a mapping"),
         (["--set", "env_kwargs.map_name=8x8"], "env_kwargs.map_name applies to Gymnasium envs"),
     ):
         out = foxhunt("train", *bad, "--run-dir", str(tmp_path / "x"), cwd=tmp_path)
         assert out.returncode == 2 and needle in out.stderr, out.stderr
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_an_ensemble_with_a_bad_env_kwarg_writes_nothing(tmp_path: Path) -> None:
+    out = foxhunt(
+        "ensemble", "train", "--members", "2", "--env", "CartPole-v1", "--set", "env_kwargs.bad=1",
+        "--run-dir", str(tmp_path / "ens"), cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 2 and "unexpected keyword argument" in out.stderr
+    assert not (tmp_path / "ens").exists() or not any((tmp_path / "ens").iterdir())

@@ -475,6 +475,11 @@ def test_evaluation_episodes_of_an_env_without_a_time_limit_end(caplog):
     caplog.clear()
     trainer.evaluate(2)
     assert "cut off" not in caplog.text  # said once per env, not at every evaluation
+    from foxhunt.trainer import episode_returns
+
+    counts: dict[str, int] = {}
+    episode_returns(trainer._eval_env, lambda obs: 0, [0, 1], 50, counts=counts)  # 0 = up
+    assert counts == {"cut": 2}
 
 
 def test_a_deprecated_env_id_names_its_successor():

@@ -703,7 +703,7 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
         return f"{how} at env step {err.env_steps} (nothing to save here)"
     if args.command in ("train", "resume"):
         return (
-            f"{how} at once (a second Ctrl-C, or before training started): the run keeps "
+            f"{how} at once (a second stop signal, or before training started): the run keeps "
             "its last periodic checkpoint, if it has one"
         )
     return how

@@ -349,6 +349,10 @@ def train_ensemble(
     # Build every member spec first: a bad input fails before anything is trained or written.
     specs = [spec.model_copy(update={"hyperparameters": hp.replace(seed=s)}) for s in seeds]
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
+    if not spec.is_trading:  # the env id and env_kwargs too (cheap to check, unlike a market)
+        from foxhunt.runs import make_envs
+
+        make_envs(spec)
     if distributed.current().is_main:  # what `ensemble resume` needs if training stops part way
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / PLAN_FILE, json.dumps({"members": n_members}) + "\n")
@@ -547,6 +551,7 @@ def evaluate_ensemble(
     if not spec.is_trading:
         rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
         out = {
+            "model": "final",  # every member's final weights
             **gym_evaluation(spec, rec, episodes),
             "ensemble": {**settings, "fallback_action": fallback_action, **rec.stats()},
         }

@@ -203,9 +203,19 @@ def build_spec(
 
     Precedence (lowest first): preset, config file, ``--set`` overrides, ``--seed``. A config file
     holds either a flat mapping of hyperparameters or sections ``hyperparameters``, ``env``,
-    ``market``, ``trading`` and ``total_env_steps``.
+    ``env_kwargs``, ``market``, ``trading`` and ``total_env_steps``.
     """
     overrides = dict(overrides or {})
+    for section in ("env_kwargs", "market", "trading"):  # --set 'env_kwargs={map_name: 8x8}'
+        whole = overrides.pop(section, None)
+        if isinstance(whole, dict):
+            for k, v in whole.items():
+                overrides.setdefault(f"{section}.{k}", v)
+        elif whole is not None:
+            raise ConfigError(
+                f"--set {section}={whole!r}: {section} takes a mapping ({section}={{a: 1}}) or "
+                f"one key at a time ({section}.a=1)"
+            )
     # The run-level settings a config file holds are --set-able too; each given twice must agree.
     for key, flag, value in (
         ("seed", "--seed", seed),

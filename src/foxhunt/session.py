@@ -105,7 +105,7 @@ class TrainerCheckpointer:
 def _run_sections(spec: RunSpec) -> dict[str, Any]:
     """The parts of a run's config that build its environment (not its step budget)."""
     data = spec.model_dump(mode="json")
-    return {k: data[k] for k in ("env", "market", "trading")}
+    return {k: data[k] for k in ("env", "env_kwargs", "market", "trading")}
 
 
 def _check_same_environment(run_dir: Path, spec: RunSpec, state: dict[str, Any]) -> None:
@@ -115,9 +115,11 @@ def _check_same_environment(run_dir: Path, spec: RunSpec, state: dict[str, Any])
     if not isinstance(saved, dict):
         return  # a checkpoint from before this check
     now = _run_sections(spec)
-    for section in ("env", "market", "trading"):
-        if saved.get(section) != now[section]:
-            old, new = saved.get(section), now[section]
+    for section in ("env", "env_kwargs", "market", "trading"):
+        # env_kwargs came later: a checkpoint without it was made with none.
+        old = saved.get(section, {} if section == "env_kwargs" else None)
+        if old != now[section]:
+            new = now[section]
             if isinstance(old, dict) and isinstance(new, dict):
                 key = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))[0]
                 section, old, new = f"{section}.{key}", old.get(key), new.get(key)
@@ -414,7 +416,9 @@ def evaluate_run(
         name = "evaluation.json" if model == "final" else f"evaluation_{model}.json"
         atomic_write_text(run_dir / name, json.dumps(out, indent=2))
         return out
-    return backtest_run(run_dir, spec, act, data=data, split="test" if split is None else split)
+    return backtest_run(
+        run_dir, spec, act, data=data, split="test" if split is None else split, model=model
+    )
 
 
 def check_evaluation_options(
@@ -445,8 +449,8 @@ def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
     env = make_gym_env(spec.env, kwargs=spec.env_kwargs)  # type: ignore[arg-type]
     seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
     try:
-        limit = evaluation_step_limit(env)
-        returns = episode_returns(env, act, seeds, limit)
+        limit, counts = evaluation_step_limit(env), {"cut": 0}
+        returns = episode_returns(env, act, seeds, limit, counts=counts)
     finally:
         env.close()
     return {
@@ -456,7 +460,7 @@ def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
         "first_seed": seeds[0],
-        **({"episode_step_limit": limit} if limit < 1_000_000 else {}),
+        **({"episode_step_limit": limit, "cut_episodes": counts["cut"]} if limit < 1e6 else {}),
         **({"returns": [float(r) for r in returns]} if episodes <= 1000 else {}),
     }
 
@@ -469,11 +473,13 @@ def backtest_run(
     data: str | None,
     split: str,
     setup: TradingSetup | None = None,
+    model: str = "final",
 ) -> dict[str, Any]:
     """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle.
 
     ``setup`` is the run's market when the caller already built it (an ensemble backtests its
-    members on the same one), so the detector is not fitted twice.
+    members on the same one), so the detector is not fitted twice. ``model`` names the weights
+    in the report: ``backtest/`` holds the latest backtest, whichever model, split or data.
     """
     from foxhunt import backtest as bt
     from foxhunt.runs import build_trading
@@ -502,10 +508,15 @@ def backtest_run(
         capture = bt.oracle_capture(agent_res, oracle)
         accuracy = regime_accuracy(span.regime_probs.argmax(axis=1), span.true_regimes)
     out_dir = run_dir / "backtest"
+    model_note = "" if model == "final" else f", {model} model"
     files = bt.write_report(
-        out_dir, results, title=f"foxhunt backtest: {split} span", regime_accuracy=accuracy
+        out_dir,
+        results,
+        title=f"foxhunt backtest: {split} span{model_note}",
+        regime_accuracy=accuracy,
     )
     summary = {
+        "model": model,
         "split": split,
         "data": data or spec.market.data or "synthetic",
         "bars": own_stop - own_start,

@@ -192,12 +192,15 @@ def episode_returns(
     act: Callable[[np.ndarray], int],
     seeds: list[int],
     max_steps: int | None = None,
+    *,
+    counts: dict[str, int] | None = None,
 ) -> list[float]:
     """Undiscounted return of one episode per seed, acting with ``act`` (float32 observations).
 
     Every greedy evaluation in foxhunt (training, ``foxhunt evaluate``, ensembles) goes through
     here, so their numbers are comparable. ``max_steps`` (default
-    :func:`evaluation_step_limit`) cuts an episode that does not end.
+    :func:`evaluation_step_limit`) cuts an episode that does not end; ``counts["cut"]``, when
+    given, receives how many were.
     """
     if max_steps is None:
         max_steps = evaluation_step_limit(env)
@@ -212,6 +215,8 @@ def episode_returns(
             steps += 1
         cut += not done
         returns.append(total)
+    if counts is not None:
+        counts["cut"] = cut
     if cut:
         # Once per env: a training run evaluates the same env every eval_interval steps.
         first = env not in _CUT_WARNED
