@@ -1582,3 +1582,17 @@ def test_excel_numbers_past_next_year_are_no_serial_dates(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(path)  # as serials, these would be dates in 2154
     assert_one_line(err, "'Time'", "are neither dates")
+
+
+@pytest.mark.parametrize("units", [",USD,USD,USD,USD,shares", "yyyy-mm-dd,USD,USD,USD,USD,shares"])
+def test_a_second_header_row_of_units_is_skipped(tmp_path, caplog, units):
+    rows = ["2024-01-02,10,11,9,10.5,100", "2024-01-03,10,11,9,10.5,100"]
+    text = HEADER + units + "\n" + "\n".join(rows) + "\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2024-01-02"), pd.Timestamp("2024-01-03")]
+    assert "skipped as a row of units" in caplog.text
+    # Rows keep the file's numbering: the units row is row 1.
+    broken = text.replace("2024-01-03,10,11,9,10.5", "2024-01-03,10,11,9,x")
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, broken, "broken.csv"))
+    assert_one_line(err, "column 'close' row 3 (2024-01-03)", "non-numeric value 'x'")

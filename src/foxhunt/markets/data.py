@@ -933,6 +933,25 @@ def _bar_timestamps(
         return frame, _parse_timestamps(ts_raw, label, column), column
     except DataError as err:
         error = err
+    # A second header row of units (",USD,USD,...", "yyyy-mm-dd,USD,..."): no timestamp, no
+    # prices. Dropped, and said; later messages still number rows as the file does.
+    head = _leading_unit_rows(frame, found, ts_raw, label, column)
+    if head:
+        kept = frame.iloc[head:].reset_index(drop=True)
+        try:
+            kept_raw, kept_column = _timestamp_source(kept, label)
+            stamps = _parse_timestamps(kept_raw, label, kept_column)
+        except DataError:
+            pass
+        else:
+            log.warning(
+                "%s: the first %s no bar (%s): skipped as a row of units",
+                label,
+                "row holds" if head == 1 else f"{head} rows hold",
+                _fmt(" ".join(str(v) for v in frame.iloc[:head].stack().dropna())),
+            )
+            kept.attrs["head_rows"] = head
+            return kept, stamps, kept_column
     # A vendor's footer (Barchart's "Downloaded from ...", investing.com's "Highest: ...", a
     # spreadsheet's totals row): no timestamp and no prices. Dropped, and said.
     footer = _footer_rows(frame, found, ts_raw, label, column)
@@ -957,6 +976,39 @@ def _bar_timestamps(
     return frame, stamps, column
 
 
+def _leading_unit_rows(
+    frame: pd.DataFrame, found: dict[str, object], stamps: pd.Series, label: str, column: str
+) -> int:
+    """How many rows at the start (at most 2) hold neither a timestamp that reads nor more than
+    one readable price: a header's second row of units, never a bar."""
+    count = 0
+    for pos in range(min(2, len(frame) - 1)):
+        if not _bar_less(frame, found, stamps, label, column, pos):
+            break
+        count += 1
+    return count
+
+
+def _bar_less(
+    frame: pd.DataFrame,
+    found: dict[str, object],
+    stamps: pd.Series,
+    label: str,
+    column: str,
+    pos: int,
+) -> bool:
+    """Whether row ``pos`` has neither a timestamp that reads nor two readable prices."""
+    try:
+        _parse_timestamps(stamps.iloc[pos : pos + 1], label, column)
+        return False  # a row with its own timestamp is a bar, broken or not
+    except DataError:
+        pass
+    cells = [frame[found[c]].iloc[pos] for c in _PRICE_COLUMNS]
+    text = [re.sub(r"[\s,'$€£\u00a0]", "", str(v)) for v in cells if not pd.isna(v)]
+    numbers = sum(bool(re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", t)) for t in text)
+    return numbers < 2  # prices: a bar with a broken timestamp, refused later
+
+
 def _footer_rows(
     frame: pd.DataFrame, found: dict[str, object], stamps: pd.Series, label: str, column: str
 ) -> int:
@@ -966,15 +1018,7 @@ def _footer_rows(
     then read."""
     count = 0
     for pos in range(len(frame) - 1, max(len(frame) - 4, 0), -1):
-        try:
-            _parse_timestamps(stamps.iloc[pos : pos + 1], label, column)
-            break  # a row with its own timestamp is a bar, broken or not
-        except DataError:
-            pass
-        cells = [frame[found[c]].iloc[pos] for c in _PRICE_COLUMNS]
-        text = [re.sub(r"[\s,'$€£\u00a0]", "", str(v)) for v in cells if not pd.isna(v)]
-        numbers = sum(bool(re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", t)) for t in text)
-        if numbers >= 2:  # prices: a bar with a broken timestamp, refused later, not a footer
+        if not _bar_less(frame, found, stamps, label, column, pos):
             break
         count += 1
     return count if count < len(frame) else 0
@@ -1688,8 +1732,10 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
         frame = frame.iloc[::-1]
         timestamps = timestamps[::-1]
 
-    def file_row(pos: int) -> int:
-        return n - pos if reversed_rows else pos + 1  # as numbered in the source
+    head = int(frame.attrs.get("head_rows", 0))  # a units row skipped before the bars
+
+    def file_row(pos: int) -> int:  # as numbered in the source
+        return (n - pos if reversed_rows else pos + 1) + head
 
     def where(pos: int) -> str:
         return f"row {file_row(pos)} ({_stamp(timestamps[pos])})"
