@@ -519,3 +519,16 @@ def test_an_ensemble_with_a_bad_env_kwarg_writes_nothing(tmp_path: Path) -> None
     )  # fmt: skip
     assert out.returncode == 2 and "unexpected keyword argument" in out.stderr
     assert not (tmp_path / "ens").exists() or not any((tmp_path / "ens").iterdir())
+
+
+def test_train_run_from_python_takes_only_a_new_or_empty_directory(tmp_path: Path) -> None:
+    import foxhunt
+    from foxhunt.errors import ConfigError
+
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    spec = foxhunt.build_spec(env="CartPole-v1", total_steps=100)
+    with pytest.raises(ConfigError, match="new or empty directory"):
+        foxhunt.train_run(spec, used)
+    assert [p.name for p in used.iterdir()] == ["notes.txt"]

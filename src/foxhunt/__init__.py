@@ -35,6 +35,10 @@ _LAZY = {
     "TradingEnvConfig": "foxhunt.envs.trading",
     "run_hyperopt": "foxhunt.hyperopt",
     "load_model": "foxhunt.runs",
+    "build_spec": "foxhunt.runs",
+    "train_run": "foxhunt.session",
+    "evaluate_run": "foxhunt.session",
+    "load_ohlcv": "foxhunt.markets.data",
 }
 
 if TYPE_CHECKING:
@@ -44,9 +48,11 @@ if TYPE_CHECKING:
     from foxhunt.envs.trading import TradingEnv, TradingEnvConfig
     from foxhunt.hyperopt import run_hyperopt
     from foxhunt.learner import DQNAgent, GradientStats
+    from foxhunt.markets.data import load_ohlcv
     from foxhunt.networks import QNetwork, RegimeConditionalDQN
     from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
-    from foxhunt.runs import load_model
+    from foxhunt.runs import build_spec, load_model
+    from foxhunt.session import evaluate_run, train_run
     from foxhunt.trainer import DQNTrainer
 
 
@@ -79,6 +85,10 @@ __all__ = [
     "TradingEnvConfig",
     "TrainingHalted",
     "__version__",
+    "build_spec",
+    "evaluate_run",
     "load_model",
+    "load_ohlcv",
     "run_hyperopt",
+    "train_run",
 ]

@@ -392,8 +392,19 @@ def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:
             )
 
 
+def train_run(spec: RunSpec, run_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train ``spec`` (from :func:`foxhunt.runs.build_spec`) into a new or empty ``run_dir``,
+    writing what ``foxhunt train`` writes, so ``foxhunt evaluate/resume/report`` and
+    :func:`evaluate_run` work on it: the trading pipeline (market, regimes, splits, costs)
+    from Python. Returns the training summary."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        raise ConfigError(f"run_dir must be a new or empty directory, got: {run_dir}")
+    return run_training(spec, run_dir, progress=progress)
+
+
 def evaluate_run(
-    run_dir: Path,
+    run_dir: str | Path,
     *,
     data: str | None = None,
     split: str | None = None,
@@ -406,6 +417,7 @@ def evaluate_run(
     final ones. ``data`` and ``split`` (default test) apply to trading runs only, ``episodes``
     (default 10) to Gymnasium runs only: a run refuses what does not apply rather than ignore it.
     """
+    run_dir = Path(run_dir)
     spec = load_spec(run_dir)
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     agent = load_model(run_dir, model)
