@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -97,6 +99,17 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert (report / "report.html").is_file() and (report / "equity.png").is_file()
     metrics = json.loads((report / "metrics.json").read_text())
     assert metrics  # written and parseable
+    # The per-period series behind the report, for a user's own analysis: each strategy's
+    # equity compounds its net log returns, and ends at its reported total return.
+    series = pd.read_csv(out["series"], index_col=0, parse_dates=True)
+    assert len(series) == out["metrics"]["agent"]["bars"] and out["metrics_file"].endswith("json")
+    for name, key in (("agent", "agent"), ("buy & hold", "buy_and_hold"), ("flat", "flat")):
+        equity = np.exp(np.cumsum(series[f"{key}_net_log_return"]))
+        assert np.allclose(series[f"{key}_equity"], equity)
+        assert series[f"{key}_equity"].iloc[-1] - 1 == pytest.approx(
+            out["metrics"][name]["total_return"]
+        )
+    assert set(series["true_regime"]) <= set(range(4))
     # The detector's accuracy on this span, against the synthetic market's true regimes.
     setup = build_trading(spec)
     test = setup.span("test")

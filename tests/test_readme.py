@@ -26,3 +26,4 @@ def test_readme_python_examples_run(tmp_path: Path, monkeypatch) -> None:  # typ
     assert (tmp_path / "runs/long-only/backtest/report.html").is_file()
     assert namespace["backtest"]["split"] == "test"  # type: ignore[index]
     assert set(namespace["agent"]) >= {"sharpe", "total_log_return"}  # type: ignore[arg-type]
+    assert "agent_equity" in namespace["series"].columns  # type: ignore[attr-defined]

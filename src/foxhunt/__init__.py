@@ -37,6 +37,9 @@ _LAZY = {
     "load_model": "foxhunt.runs",
     "build_spec": "foxhunt.runs",
     "train_run": "foxhunt.session",
+    "resume_run": "foxhunt.session",
+    "train_ensemble": "foxhunt.ensemble",
+    "evaluate_ensemble": "foxhunt.ensemble",
     "evaluate_run": "foxhunt.session",
     "load_ohlcv": "foxhunt.markets.data",
 }
@@ -44,7 +47,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from foxhunt.batch import Batch
     from foxhunt.config import DQNHyperparameters
-    from foxhunt.ensemble import QEnsemble
+    from foxhunt.ensemble import QEnsemble, evaluate_ensemble, train_ensemble
     from foxhunt.envs.trading import TradingEnv, TradingEnvConfig
     from foxhunt.hyperopt import run_hyperopt
     from foxhunt.learner import DQNAgent, GradientStats
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
     from foxhunt.networks import QNetwork, RegimeConditionalDQN
     from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
     from foxhunt.runs import build_spec, load_model
-    from foxhunt.session import evaluate_run, train_run
+    from foxhunt.session import evaluate_run, resume_run, train_run
     from foxhunt.trainer import DQNTrainer
 
 
@@ -86,9 +89,12 @@ __all__ = [
     "TrainingHalted",
     "__version__",
     "build_spec",
+    "evaluate_ensemble",
     "evaluate_run",
     "load_model",
     "load_ohlcv",
+    "resume_run",
     "run_hyperopt",
+    "train_ensemble",
     "train_run",
 ]

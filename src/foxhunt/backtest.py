@@ -24,12 +24,14 @@ import html
 import io
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from foxhunt._io import atomic_write_bytes
 from foxhunt.envs.trading import (
@@ -300,6 +302,31 @@ class BacktestResult:
     metrics: dict[str, float] = field(default_factory=dict)
     per_regime: dict[str, dict[str, float]] = field(default_factory=dict)
     bankrupt: bool = False
+
+
+def series_frame(results: Sequence[BacktestResult]) -> pd.DataFrame:
+    """Per-period series of strategies run over one span, indexed by the period's end: for each
+    strategy (``buy & hold`` as ``buy_and_hold``) its position, cost, net log return and equity,
+    then the market's simple return and the regimes (detected, and true when known)."""
+    first = results[0]
+    columns: dict[str, np.ndarray] = {}
+    for res in results:
+        if len(res.timestamps) != len(first.timestamps):
+            raise ConfigError(
+                f"results: {res.name!r} has {len(res.timestamps)} periods, {first.name!r} "
+                f"{len(first.timestamps)}; series_frame needs strategies over one span"
+            )
+        key = re.sub(r"\W+", "_", res.name.replace("&", "and")).strip("_")
+        columns[f"{key}_position"] = res.positions
+        columns[f"{key}_cost"] = res.costs
+        columns[f"{key}_net_log_return"] = res.net_log_returns
+        columns[f"{key}_equity"] = res.equity
+    columns["market_return"] = first.market_returns
+    columns["detected_regime"] = first.detected_regimes
+    if first.true_regimes is not None:
+        columns["true_regime"] = first.true_regimes
+    index = pd.DatetimeIndex(pd.to_datetime(first.timestamps), name="timestamp")
+    return pd.DataFrame(columns, index=index)
 
 
 def _regime_name(names: Sequence[str], k: int) -> str:
@@ -717,13 +744,15 @@ def write_report(
     *,
     regime_accuracy: float | None = None,
 ) -> dict[str, Path]:
-    """Write ``equity.png``, ``report.md``, ``report.html`` and ``metrics.json`` into ``out_dir``.
+    """Write ``equity.png``, ``report.md``, ``report.html``, ``metrics.json`` and ``series.csv``
+    (every strategy's per-period position, cost, net log return and equity, with the market
+    return and regimes, for a user's own plots and analysis) into ``out_dir``.
 
     ``results[0]`` is the primary strategy (the agent): its positions and regimes are plotted;
     all results' equity curves are overlaid. The HTML embeds the PNG, so it is self-contained.
     ``regime_accuracy`` (the detector against known true regimes, synthetic data) is stated
     next to the tables, because every per-regime figure is only as good as the labels.
-    Returns the written paths keyed ``png``, ``markdown``, ``html``, ``json``.
+    Returns the written paths keyed ``png``, ``markdown``, ``html``, ``json``, ``series``.
     """
     if not results:
         raise ConfigError("results: empty list; write_report needs at least one BacktestResult")
@@ -737,7 +766,9 @@ def write_report(
         "markdown": out / "report.md",
         "html": out / "report.html",
         "json": out / "metrics.json",
+        "series": out / "series.csv",
     }
+    atomic_write_bytes(paths["series"], series_frame(results).to_csv().encode())
     png = _plot(results, title)
     atomic_write_bytes(paths["png"], png)
 

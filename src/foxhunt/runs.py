@@ -189,6 +189,22 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
     return file_hp, file_run
 
 
+def _data_path(data: object, name: str) -> str | None:
+    """A market data argument as the path a run records: a str or Path to an existing file."""
+    if data is None or (isinstance(data, str) and not data.strip()):
+        return data  # type: ignore[return-value]  # an empty string is refused below
+    if type(data).__name__ == "DataFrame":
+        raise ConfigError(
+            f"{name} must be a file path (a run records where its data came from, for resume "
+            "and evaluate): save the DataFrame first, e.g. df.to_parquet('bars.parquet')"
+        )
+    if not isinstance(data, str | Path):
+        raise ConfigError(f"{name} must be a file path, got {type(data).__name__}")
+    if not Path(data).is_file():
+        raise ConfigError(f"{name}: file not found: {data}")
+    return str(data)
+
+
 def build_spec(
     *,
     env: str | None = None,
@@ -206,6 +222,9 @@ def build_spec(
     ``env_kwargs``, ``market``, ``trading`` and ``total_env_steps``.
     """
     overrides = dict(overrides or {})
+    data = _data_path(data, "data")
+    if "market.data" in overrides:
+        overrides["market.data"] = _data_path(overrides["market.data"], "market.data")
     for section in ("env_kwargs", "market", "trading"):  # --set 'env_kwargs={map_name: 8x8}'
         whole = overrides.pop(section, None)
         if isinstance(whole, dict):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
@@ -400,7 +401,22 @@ def train_run(spec: RunSpec, run_dir: str | Path, *, progress: bool = True) -> d
     run_dir = Path(run_dir)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise ConfigError(f"run_dir must be a new or empty directory, got: {run_dir}")
-    return run_training(spec, run_dir, progress=progress)
+    threads = torch.get_num_threads()  # the run sets its own (torch_threads); the caller's back
+    try:
+        return run_training(spec, run_dir, progress=progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def resume_run(
+    run_dir: str | Path, *, total_steps: int | None = None, progress: bool = True
+) -> dict[str, Any]:
+    """Continue a run from its latest checkpoint (``foxhunt resume`` from Python)."""
+    threads = torch.get_num_threads()
+    try:
+        return resume_training(Path(run_dir), total_steps=total_steps, progress=progress)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def evaluate_run(
@@ -419,6 +435,10 @@ def evaluate_run(
     """
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
+    if data is not None:
+        from foxhunt.runs import _data_path
+
+        data = _data_path(data, "data")
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     agent = load_model(run_dir, model)
     act = model_policy(agent)
@@ -542,5 +562,9 @@ def backtest_run(
         ),
         "regime_accuracy": accuracy,
         "report": str(files.get("html", out_dir)),
+        # Per-period positions, costs and equity of every strategy (pandas.read_csv(...,
+        # index_col=0, parse_dates=True)), and the per-regime tables.
+        "series": str(files["series"]),
+        "metrics_file": str(files["json"]),
     }
     return summary
