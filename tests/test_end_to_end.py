@@ -132,3 +132,31 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert f"Annualised with {ppy:,.2f}".rstrip("0").rstrip(".") + " bars per year" in text
     assert "Definitions: returns are per-bar log returns net of costs" in text
     assert "Definitions: returns are per-bar log returns" in (report / "report.html").read_text()
+
+
+def test_next_position_acts_on_new_bars_causally(tmp_path: Path) -> None:
+    """A run acts on its data grown by new bars with its own spans, normalisation and detector:
+    the decision at a bar does not change when later bars arrive."""
+    import foxhunt
+    from foxhunt.errors import ConfigError
+    from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+
+    full = write_synthetic_csv(tmp_path / "full.csv", SyntheticMarketConfig(n_bars=700), seed=3)
+    frame = pd.read_csv(full)
+    frame.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
+    overrides = {"learning_starts": 300, "hidden_sizes": [32, 32], "eval_interval": 0}
+    spec = foxhunt.build_spec(data=tmp_path / "base.csv", total_steps=800, overrides=overrides)
+    foxhunt.train_run(spec, tmp_path / "run", progress=False)
+    now = foxhunt.next_position(tmp_path / "run")
+    assert pd.Timestamp(now["timestamp"]) == pd.Timestamp(frame["timestamp"].iloc[649])
+    assert now["position"] in (-1.0, 0.0, 1.0) and len(now["regime_probabilities"]) == 4
+    later = foxhunt.next_position(tmp_path / "run", data=full)
+    assert pd.Timestamp(later["timestamp"]) == pd.Timestamp(frame["timestamp"].iloc[-1])
+    # The backtest over the grown data held, from bar 649 to 650, what was decided at 649.
+    grown = foxhunt.evaluate_run(tmp_path / "run", data=full, split="test")
+    series = pd.read_csv(grown["series"], index_col=0, parse_dates=True)
+    held = series.loc[pd.Timestamp(frame["timestamp"].iloc[650]), "agent_position"]
+    assert held == now["position"]
+    frame.iloc[5:].to_csv(tmp_path / "other.csv", index=False)  # not the run's history
+    with pytest.raises(ConfigError, match="does not start with the bars the run trained on"):
+        foxhunt.next_position(tmp_path / "run", data=tmp_path / "other.csv")

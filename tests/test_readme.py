@@ -27,3 +27,4 @@ def test_readme_python_examples_run(tmp_path: Path, monkeypatch) -> None:  # typ
     assert namespace["backtest"]["split"] == "test"  # type: ignore[index]
     assert set(namespace["agent"]) >= {"sharpe", "total_log_return"}  # type: ignore[arg-type]
     assert "agent_equity" in namespace["series"].columns  # type: ignore[attr-defined]
+    assert namespace["decision"]["position"] in (0.0, 1.0)  # type: ignore[index]  # long-only

@@ -41,6 +41,7 @@ _LAZY = {
     "train_ensemble": "foxhunt.ensemble",
     "evaluate_ensemble": "foxhunt.ensemble",
     "evaluate_run": "foxhunt.session",
+    "next_position": "foxhunt.session",
     "load_ohlcv": "foxhunt.markets.data",
 }
 
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from foxhunt.networks import QNetwork, RegimeConditionalDQN
     from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
     from foxhunt.runs import build_spec, load_model
-    from foxhunt.session import evaluate_run, resume_run, train_run
+    from foxhunt.session import evaluate_run, next_position, resume_run, train_run
     from foxhunt.trainer import DQNTrainer
 
 
@@ -93,6 +94,7 @@ __all__ = [
     "evaluate_run",
     "load_model",
     "load_ohlcv",
+    "next_position",
     "resume_run",
     "run_hyperopt",
     "train_ensemble",

@@ -458,6 +458,16 @@ def build_trading(
     bounds = None
     if recorded is not None and data_override is None:
         bounds = check_data_record(recorded, df, identity, _data_label(spec), purpose)
+    elif recorded is not None and continues_record(recorded, df):
+        # The run's own bars, then new ones: the spans stay where the run trained, so its
+        # normalisation and regime detector are fitted on the same training bars.
+        bounds = int(recorded["train_end"]), int(recorded["val_end"])
+        log.warning(
+            "%s continues the data the run trained on (%d new bars): train and validation "
+            "spans stay as trained; the test span runs on into the new bars",
+            source,
+            n - int(recorded["rows"]),
+        )
     if bounds is not None:  # the file grew: the spans stay where the run trained
         train_end, val_end = bounds
     else:
@@ -572,6 +582,14 @@ def read_data_record(run_dir: Path) -> dict[str, Any] | None:
             f"split {record['rows']} rows"
         )
     return record
+
+
+def continues_record(recorded: dict[str, Any], df: Any) -> bool:
+    """Whether ``df`` starts with exactly the bars (times and values) a run trained on."""
+    rows = int(recorded["rows"])
+    if len(df) < rows or _hash_rows(df, rows) != recorded["sha256"]:
+        return False
+    return "index_sha256" not in recorded or _hash_index(df, rows) == recorded["index_sha256"]
 
 
 def check_data_record(

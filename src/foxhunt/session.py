@@ -419,6 +419,58 @@ def resume_run(
         torch.set_num_threads(threads)
 
 
+def next_position(
+    run_dir: str | Path, data: str | Path | None = None, *, model: str = "final"
+) -> dict[str, Any]:
+    """The position a trading run's policy takes at the last bar of its data, to hold over the
+    next period: acting on new bars. ``data`` is the run's data grown by the new bars (the
+    whole history: filtered regime probabilities and features are computed from the start),
+    or None for the run's own file as it is now. The run's spans, normalisation and regime
+    detector stay as trained. Returns the bar's timestamp, the action and its position, the
+    position held into that bar, and the bar's regime probabilities."""
+    from foxhunt.envs.trading import TradingEnv
+    from foxhunt.runs import _data_path, build_trading, continues_record
+
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir)
+    if not spec.is_trading:
+        raise ConfigError(f"{run_dir} trained on {spec.env!r}: next_position is for trading runs")
+    recorded = read_data_record(run_dir)
+    path = _data_path(data, "data")
+    if path is not None:
+        from foxhunt.runs import load_market_frame
+
+        if recorded is None or not continues_record(recorded, load_market_frame(spec, path)):
+            raise ConfigError(
+                f"data {path} does not start with the bars the run trained on: pass the run's "
+                "data grown by the new bars (the whole history)"
+            )
+    setup = build_trading(spec, data_override=path, recorded=recorded)
+    span = setup.span("test")
+    act = model_policy(load_model(run_dir, model))
+    env = TradingEnv(span, setup.config, eval_mode=True)
+    obs, info = env.reset()
+    held = info.get("position")
+    done = False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(act(obs))
+        held, done = info["position"], terminated or truncated
+    if info.get("bankrupt"):
+        raise ConfigError(f"{run_dir}: the policy's equity was wiped out before the last bar")
+    action = act(obs)
+    import pandas as pd
+
+    timestamps = span.timestamps
+    return {
+        "timestamp": str(pd.Timestamp(timestamps[-1])) if timestamps is not None else None,
+        "action": action,
+        "position": float(setup.config.positions[action]),
+        "held": float(held) if held is not None else None,
+        "regime_probabilities": [float(p) for p in span.regime_probs[-1]],
+        "model": model,
+    }
+
+
 def evaluate_run(
     run_dir: str | Path,
     *,
