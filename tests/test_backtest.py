@@ -301,7 +301,7 @@ def test_write_report_files(tmp_path):
         bt.regime_oracle(market, cfg, market),
     ]
     paths = bt.write_report(tmp_path / "out", results, "Test & report")
-    assert set(paths) == {"png", "markdown", "html", "json"}
+    assert set(paths) == {"png", "markdown", "html", "json", "series"}
     for path in paths.values():
         assert path.exists() and path.stat().st_size > 0
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -190,7 +190,8 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
 
 
 def _data_path(data: object, name: str) -> str | None:
-    """A market data argument as the path a run records: a str or Path to an existing file."""
+    """A market data argument as the path a run records: a str or a Path (the file is read, and
+    a missing one refused, when the run builds its market)."""
     if data is None or (isinstance(data, str) and not data.strip()):
         return data  # type: ignore[return-value]  # an empty string is refused below
     if type(data).__name__ == "DataFrame":
@@ -200,8 +201,6 @@ def _data_path(data: object, name: str) -> str | None:
         )
     if not isinstance(data, str | Path):
         raise ConfigError(f"{name} must be a file path, got {type(data).__name__}")
-    if not Path(data).is_file():
-        raise ConfigError(f"{name}: file not found: {data}")
     return str(data)
 
 

@@ -7,6 +7,7 @@ built *before* the run directory is created, so a bad input leaves no partial ou
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import math
@@ -393,28 +394,42 @@ def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:
             )
 
 
-def train_run(spec: RunSpec, run_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
+def train_run(
+    spec: RunSpec, run_dir: str | Path, *, progress: bool = True, verbose: bool = True
+) -> dict[str, Any]:
     """Train ``spec`` (from :func:`foxhunt.runs.build_spec`) into a new or empty ``run_dir``,
     writing what ``foxhunt train`` writes, so ``foxhunt evaluate/resume/report`` and
     :func:`evaluate_run` work on it: the trading pipeline (market, regimes, splits, costs)
-    from Python. Returns the training summary."""
+    from Python. ``progress``: the live display; ``verbose``: the run line and the summary
+    table (warnings are logged either way). Returns the training summary."""
     run_dir = Path(run_dir)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise ConfigError(f"run_dir must be a new or empty directory, got: {run_dir}")
-    threads = torch.get_num_threads()  # the run sets its own (torch_threads); the caller's back
-    try:
+    with _caller_state(verbose):
         return run_training(spec, run_dir, progress=progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def resume_run(
-    run_dir: str | Path, *, total_steps: int | None = None, progress: bool = True
+    run_dir: str | Path,
+    *,
+    total_steps: int | None = None,
+    progress: bool = True,
+    verbose: bool = True,
 ) -> dict[str, Any]:
     """Continue a run from its latest checkpoint (``foxhunt resume`` from Python)."""
-    threads = torch.get_num_threads()
-    try:
+    with _caller_state(verbose):
         return resume_training(Path(run_dir), total_steps=total_steps, progress=progress)
+
+
+@contextlib.contextmanager
+def _caller_state(verbose: bool) -> Iterator[None]:
+    """A run from Python leaves the caller's torch thread count as it was (the run sets its
+    own, ``torch_threads``), and prints nothing to stdout unless ``verbose``."""
+    threads = torch.get_num_threads()
+    quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
+    try:
+        with quiet:
+            yield
     finally:
         torch.set_num_threads(threads)
 
@@ -487,11 +502,11 @@ def evaluate_run(
     """
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
+    episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     if data is not None:
         from foxhunt.runs import _data_path
 
         data = _data_path(data, "data")
-    episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     agent = load_model(run_dir, model)
     act = model_policy(agent)
     if not spec.is_trading:
