@@ -183,6 +183,13 @@ def test_bankruptcy_is_accounted_the_same_in_env_and_simulation():
         assert m["total_return"] == -1.0 and m["max_drawdown"] == 1.0 and m["final_equity"] == 0.0
         assert m["annualised_return"] == -1.0
         assert all(math.isnan(m[k]) for k in ("total_log_return", "sharpe", "sortino", "calmar"))
+    # The per-period series a user reads says the same: equity compounds the log returns.
+    series = bt.series_frame([agent, sim])
+    assert np.isfinite(series["short_net_log_return"].iloc[0])  # the entry cost
+    np.testing.assert_array_equal(series["short_net_log_return"].iloc[1:], [-np.inf] * 3)
+    np.testing.assert_array_equal(
+        np.exp(np.cumsum(series["short_sim_net_log_return"])), series["short_sim_equity"]
+    )
     # Per regime too: the regime holding the wipe-out period lost everything, the other did not.
     regimes = [0, 1, 0, 1, 1]  # the wipe-out period (bar 1 -> 2) is labelled with regime 0
     market = make_market(close=[100.0, 100.0, 210.0, 220.0, 230.0], true_regimes=regimes)

@@ -157,6 +157,18 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path) -> None:
     series = pd.read_csv(grown["series"], index_col=0, parse_dates=True)
     held = series.loc[pd.Timestamp(frame["timestamp"].iloc[650]), "agent_position"]
     assert held == now["position"]
+    # Deciding from the position actually held, which the observation carries.
+    decisions = {p: foxhunt.next_position(tmp_path / "run", held=p) for p in (-1.0, 0.0, 1.0)}
+    assert all(d["held"] == p for p, d in decisions.items())
+    assert decisions[now["held"]]["position"] == now["position"]
+    with pytest.raises(ConfigError, match=r"held must be one of the run's positions"):
+        foxhunt.next_position(tmp_path / "run", held=0.5)
+    # A vendor's revised value among the trained bars (same times): still the run's history.
+    revised = frame.copy()
+    revised.loc[600, "volume"] *= 1.5
+    revised.to_csv(tmp_path / "revised.csv", index=False)
+    again = foxhunt.evaluate_run(tmp_path / "run", data=tmp_path / "revised.csv", split="test")
+    assert again["bars"] == grown["bars"]  # the spans stay as trained, not split again
     frame.iloc[5:].to_csv(tmp_path / "other.csv", index=False)  # not the run's history
     with pytest.raises(ConfigError, match="does not start with the bars the run trained on"):
         foxhunt.next_position(tmp_path / "run", data=tmp_path / "other.csv")

@@ -305,9 +305,11 @@ class BacktestResult:
 
 
 def series_frame(results: Sequence[BacktestResult]) -> pd.DataFrame:
-    """Per-period series of strategies run over one span, indexed by the period's end: for each
-    strategy (``buy & hold`` as ``buy_and_hold``) its position, cost, net log return and equity,
-    then the market's simple return and the regimes (detected, and true when known)."""
+    """Per-period series of strategies run over one span, indexed by the period's END bar: the
+    position in row ``ts[k + 1]`` was decided at bar ``k`` and held from it. For each strategy
+    (``buy & hold`` as ``buy_and_hold``): position, cost, net log return (-inf where equity was
+    wiped out) and equity; then the market's simple return over the period and the end bar's
+    regimes (detected, and true when known)."""
     first = results[0]
     columns: dict[str, np.ndarray] = {}
     for res in results:
@@ -319,7 +321,8 @@ def series_frame(results: Sequence[BacktestResult]) -> pd.DataFrame:
         key = re.sub(r"\W+", "_", res.name.replace("&", "and")).strip("_")
         columns[f"{key}_position"] = res.positions
         columns[f"{key}_cost"] = res.costs
-        columns[f"{key}_net_log_return"] = res.net_log_returns
+        # A wipe-out's row carries the env's penalty reward; the series says what equity did.
+        columns[f"{key}_net_log_return"] = np.where(res.equity > 0, res.net_log_returns, -np.inf)
         columns[f"{key}_equity"] = res.equity
     columns["market_return"] = first.market_returns
     columns["detected_regime"] = first.detected_regimes

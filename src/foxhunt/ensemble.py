@@ -322,7 +322,12 @@ def read_manifest(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def train_ensemble(
-    spec: RunSpec, run_dir: str | Path, n_members: int, *, progress: bool = False
+    spec: RunSpec,
+    run_dir: str | Path,
+    n_members: int,
+    *,
+    progress: bool = False,
+    verbose: bool = True,
 ) -> list[Path]:
     """Train ``n_members`` full runs with seeds ``seed + i`` into ``run_dir/member-{i}``.
 
@@ -330,7 +335,15 @@ def train_ensemble(
     whole source of their diversity: Osband et al. 2016 found random initialisation alone gives
     useful disagreement, without bootstrap masks. ``config.yaml`` and ``ensemble.json`` are
     written last, so an ensemble directory that lists its members holds every one of them.
+    ``verbose=False`` prints nothing to stdout; the caller's torch thread count is kept.
     """
+    from foxhunt.session import _caller_state
+
+    with _caller_state(verbose):
+        return _train_ensemble(spec, Path(run_dir), n_members, progress)
+
+
+def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool) -> list[Path]:
     from foxhunt import distributed
     from foxhunt.session import run_training
 

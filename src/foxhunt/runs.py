@@ -192,8 +192,10 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
 def _data_path(data: object, name: str) -> str | None:
     """A market data argument as the path a run records: a str or a Path (the file is read, and
     a missing one refused, when the run builds its market)."""
-    if data is None or (isinstance(data, str) and not data.strip()):
-        return data  # type: ignore[return-value]  # an empty string is refused below
+    if data is None:
+        return None
+    if isinstance(data, str) and not data.strip():
+        raise ConfigError(f"{name} must be a file path, got an empty string")
     if type(data).__name__ == "DataFrame":
         raise ConfigError(
             f"{name} must be a file path (a run records where its data came from, for resume "
@@ -461,12 +463,14 @@ def build_trading(
         # The run's own bars, then new ones: the spans stay where the run trained, so its
         # normalisation and regime detector are fitted on the same training bars.
         bounds = int(recorded["train_end"]), int(recorded["val_end"])
-        log.warning(
-            "%s continues the data the run trained on (%d new bars): train and validation "
-            "spans stay as trained; the test span runs on into the new bars",
-            source,
-            n - int(recorded["rows"]),
-        )
+        added = n - int(recorded["rows"])
+        if added:
+            log.warning(
+                "%s continues the data the run trained on (%d new bars): train and validation "
+                "spans stay as trained; the test span runs on into the new bars",
+                source,
+                added,
+            )
     if bounds is not None:  # the file grew: the spans stay where the run trained
         train_end, val_end = bounds
     else:
@@ -584,11 +588,24 @@ def read_data_record(run_dir: Path) -> dict[str, Any] | None:
 
 
 def continues_record(recorded: dict[str, Any], df: Any) -> bool:
-    """Whether ``df`` starts with exactly the bars (times and values) a run trained on."""
+    """Whether ``df`` starts with the bars a run trained on, at the same times: its data grown
+    by new bars, the trained bars' values possibly revised (a vendor's corrected last bar, which
+    is warned about), as the run's own file may be for evaluate."""
     rows = int(recorded["rows"])
-    if len(df) < rows or _hash_rows(df, rows) != recorded["sha256"]:
+    if len(df) < rows:
         return False
-    return "index_sha256" not in recorded or _hash_index(df, rows) == recorded["index_sha256"]
+    values_kept = _hash_rows(df, rows) == recorded["sha256"]
+    if "index_sha256" in recorded:
+        times_kept = _hash_index(df, rows) == recorded["index_sha256"]
+    else:  # a record from before the timestamps had their own hash: the values must match
+        times_kept = values_kept
+    if times_kept and not values_kept:
+        log.warning(
+            "values of the %d bars the run trained on were revised since (prices or volume, at "
+            "the same times); the spans stay as trained",
+            rows,
+        )
+    return times_kept
 
 
 def check_data_record(

@@ -435,18 +435,30 @@ def _caller_state(verbose: bool) -> Iterator[None]:
 
 
 def next_position(
-    run_dir: str | Path, data: str | Path | None = None, *, model: str = "final"
+    run_dir: str | Path,
+    data: str | Path | None = None,
+    *,
+    model: str = "final",
+    held: float | None = None,
 ) -> dict[str, Any]:
     """The position a trading run's policy takes at the last bar of its data, to hold over the
     next period: acting on new bars. ``data`` is the run's data grown by the new bars (the
     whole history: filtered regime probabilities and features are computed from the start),
     or None for the run's own file as it is now. The run's spans, normalisation and regime
-    detector stay as trained. Returns the bar's timestamp, the action and its position, the
-    position held into that bar, and the bar's regime probabilities."""
+    detector stay as trained.
+
+    The observation includes the position held into the last bar. By default that is the
+    policy's own, replayed from the start of the test span; ``held`` (one of the run's
+    positions) gives the one actually held instead. Returns the bar's timestamp, the action and
+    its position, the position held into the bar, and the bar's regime probabilities."""
     from foxhunt.envs.trading import TradingEnv
     from foxhunt.runs import _data_path, build_trading, continues_record
 
     run_dir = Path(run_dir)
+    if (run_dir / "ensemble.json").is_file():
+        raise ConfigError(
+            f"{run_dir} is an ensemble: next_position takes one run (e.g. {run_dir / 'member-0'})"
+        )
     spec = load_spec(run_dir)
     if not spec.is_trading:
         raise ConfigError(f"{run_dir} trained on {spec.env!r}: next_position is for trading runs")
@@ -455,23 +467,42 @@ def next_position(
     if path is not None:
         from foxhunt.runs import load_market_frame
 
-        if recorded is None or not continues_record(recorded, load_market_frame(spec, path)):
+        frame = load_market_frame(spec, path)
+        if recorded is not None and len(frame) < int(recorded["rows"]):
             raise ConfigError(
-                f"data {path} does not start with the bars the run trained on: pass the run's "
-                "data grown by the new bars (the whole history)"
+                f"data {path} holds {len(frame)} bars, fewer than the {recorded['rows']} the run "
+                "trained on: pass the run's data grown by the new bars (the whole history)"
+            )
+        if recorded is None or not continues_record(recorded, frame):
+            raise ConfigError(
+                f"data {path} does not start with the bars the run trained on, at the same "
+                "times: pass the run's data grown by the new bars (the whole history)"
             )
     setup = build_trading(spec, data_override=path, recorded=recorded)
     span = setup.span("test")
-    act = model_policy(load_model(run_dir, model))
+    positions = setup.config.positions
+    if held is not None and held not in positions:
+        raise ConfigError(
+            f"held must be one of the run's positions {list(positions)}, got {held!r}"
+        )
+    act = model_policy(load_model(run_dir, model))  # warns when there is no best to load
+    model = _weights_used(run_dir, model)
     env = TradingEnv(span, setup.config, eval_mode=True)
     obs, info = env.reset()
-    held = info.get("position")
     done = False
     while not done:
         obs, _, terminated, truncated, info = env.step(act(obs))
-        held, done = info["position"], terminated or truncated
+        done = terminated or truncated
     if info.get("bankrupt"):
-        raise ConfigError(f"{run_dir}: the policy's equity was wiped out before the last bar")
+        raise FoxhuntError(
+            f"{run_dir}: the policy's replayed equity was wiped out at {info.get('timestamp')}, "
+            "before the last bar: pass held= to decide from the position actually held"
+        )
+    replayed = float(info["position"])
+    if held is not None:  # the observation's position one-hot: the position actually held
+        one_hot = obs[env.position_slice]
+        one_hot[:] = 0.0
+        one_hot[list(positions).index(held)] = 1.0
     action = act(obs)
     import pandas as pd
 
@@ -479,11 +510,18 @@ def next_position(
     return {
         "timestamp": str(pd.Timestamp(timestamps[-1])) if timestamps is not None else None,
         "action": action,
-        "position": float(setup.config.positions[action]),
-        "held": float(held) if held is not None else None,
+        "position": float(positions[action]),
+        "held": float(held) if held is not None else replayed,
         "regime_probabilities": [float(p) for p in span.regime_probs[-1]],
         "model": model,
     }
+
+
+def _weights_used(run_dir: Path, model: str) -> str:
+    """The weights ``load_model`` loads: the final ones when a run kept no best (it warns)."""
+    if model == "best" and not (run_dir / "best_model.safetensors").is_file():
+        return "final"
+    return model
 
 
 def evaluate_run(
@@ -508,6 +546,7 @@ def evaluate_run(
 
         data = _data_path(data, "data")
     agent = load_model(run_dir, model)
+    model = _weights_used(run_dir, model)
     act = model_policy(agent)
     if not spec.is_trading:
         out = {"model": model, **gym_evaluation(spec, act, episodes)}
