@@ -1309,17 +1309,18 @@ def _split_zones(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex |
             f"{label}: column {column!r} row {pos + 1}: time zone {parts['zone'].iloc[pos]!r} "
             f"has several meanings ({_fmt(text.iloc[pos])}); write UTC offsets (-06:00)"
         )
-    keys = list(zip(parts["zone"].astype(str), offsets, strict=True))
-    zones: dict[tuple[str, str | None], int | str] = {}
-    for key in dict.fromkeys(keys):
-        found = _zone_offset(*key)
+    # One label per row ("EST", "GMT+2"), compared as an array: no Python loop over the rows.
+    labels = (parts["zone"].astype(str) + parts["offset"].fillna("")).to_numpy()
+    zones: dict[str, int | str] = {}
+    for zone, offset in parts[["zone", "offset"]].drop_duplicates().itertuples(index=False):
+        found = _zone_offset(str(zone), None if pd.isna(offset) else str(offset))
         if found is None:
             return None
-        zones[key] = found
+        zones[str(zone) + ("" if pd.isna(offset) else str(offset))] = found
     local = _parse_timestamps(body, label, column)
     result = local.to_numpy(dtype="datetime64[ns]").copy()
     for key, zone in zones.items():
-        mask = np.array([k == key for k in keys])
+        mask = labels == key
         if isinstance(zone, int):
             result[mask] = local[mask] - pd.Timedelta(minutes=zone)
             continue
@@ -1336,7 +1337,7 @@ def _split_zones(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex |
             ) from None
         placed = placed.tz_convert("UTC").tz_localize(None)
         result[mask] = placed[::-1] if newest_first else placed
-    _summer_abbreviations(pd.DatetimeIndex(result), keys, label, column)
+    _summer_abbreviations(pd.DatetimeIndex(result), labels, label, column)
     return pd.DatetimeIndex(result)
 
 
@@ -1349,18 +1350,27 @@ _STANDARD_ZONES = {
 
 
 def _summer_abbreviations(
-    utc: pd.DatetimeIndex, keys: list[tuple[str, str | None]], label: str, column: str
+    utc: pd.DatetimeIndex, labels: np.ndarray, label: str, column: str
 ) -> None:
     """Warn when a standard-time abbreviation is written on a date its region keeps summer
     time: many vendors write EST for New York's local time all year, an hour off in summer.
     The abbreviation is read as written (EST is -05:00)."""
     for zone, area in _STANDARD_ZONES.items():
-        mask = np.array([k == (zone, None) for k in keys])
+        mask = labels == zone
         if not mask.any():
             continue
-        summer = utc[mask].tz_localize("UTC").tz_convert(area).map(lambda t: bool(t.dst()))
-        if np.asarray(summer).any():
-            when = utc[mask][int(np.argmax(np.asarray(summer)))]
+        times = utc[mask]
+        # Summer time is the region's larger offset from UTC (its standard one is the smaller).
+        offsets = times.tz_localize("UTC").tz_convert(area).tz_localize(None) - times
+        summer = np.asarray(offsets > offsets.min()) if len(set(offsets)) > 1 else None
+        if summer is None:  # one offset throughout: summer only if it is not the standard one
+            year = times[0].year
+            standard = min(
+                pd.Timestamp(f"{year}-{m}-15", tz=area).utcoffset() for m in ("01", "07")
+            )
+            summer = np.asarray(offsets > standard)
+        if summer.any():
+            when = times[int(np.argmax(summer))]
             log.warning(
                 "%s: column %r: %s written on summer dates (%s): read as %s's fixed offset; if "
                 "these are %s local times, write %s instead",
