@@ -172,3 +172,33 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path) -> None:
     frame.iloc[5:].to_csv(tmp_path / "other.csv", index=False)  # not the run's history
     with pytest.raises(ConfigError, match="does not start with the bars the run trained on"):
         foxhunt.next_position(tmp_path / "run", data=tmp_path / "other.csv")
+
+
+def test_walk_forward_runs_train_each_fold_on_its_own_past(tmp_path: Path) -> None:
+    import foxhunt
+    from foxhunt.errors import ConfigError
+    from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+
+    full = write_synthetic_csv(tmp_path / "full.csv", SyntheticMarketConfig(n_bars=700), seed=4)
+    overrides = {"learning_starts": 300, "hidden_sizes": [32, 32], "eval_interval": 0}
+    spec = foxhunt.build_spec(data=full, total_steps=600, overrides=overrides)
+    table = foxhunt.walk_forward_runs(
+        spec, tmp_path / "wf", n_folds=2, train_size=450, validation_size=100, test_size=120
+    )
+    stamps = pd.read_csv(full)["timestamp"].map(pd.Timestamp)
+    # Back-to-back test windows, the last ending at the last bar; each fold's detector and
+    # normalisation see only its first 350 bars (its data.json records where its spans end).
+    assert list(table["test_bars"]) == [120, 120]
+    assert pd.Timestamp(table["test_end"].iloc[-1]) == stamps.iloc[-1]
+    assert pd.Timestamp(table["test_start"].iloc[1]) == stamps.iloc[len(stamps) - 120]
+    for run_dir in table["run_dir"]:
+        record = json.loads((Path(run_dir) / "data.json").read_text())
+        assert (record["rows"], record["train_end"], record["val_end"]) == (570, 350, 450)
+    saved = pd.read_csv(tmp_path / "wf" / "walk_forward.csv")
+    assert saved["agent_total_log_return"].tolist() == pytest.approx(
+        table["agent_total_log_return"].tolist()
+    )
+    with pytest.raises(ConfigError, match="validation_size must be between 1 and"):
+        foxhunt.walk_forward_runs(
+            spec, tmp_path / "wf2", n_folds=2, train_size=450, validation_size=450, test_size=120
+        )

@@ -42,6 +42,7 @@ _LAZY = {
     "evaluate_ensemble": "foxhunt.ensemble",
     "evaluate_run": "foxhunt.session",
     "next_position": "foxhunt.session",
+    "walk_forward_runs": "foxhunt.session",
     "load_ohlcv": "foxhunt.markets.data",
 }
 
@@ -56,7 +57,13 @@ if TYPE_CHECKING:
     from foxhunt.networks import QNetwork, RegimeConditionalDQN
     from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
     from foxhunt.runs import build_spec, load_model
-    from foxhunt.session import evaluate_run, next_position, resume_run, train_run
+    from foxhunt.session import (
+        evaluate_run,
+        next_position,
+        resume_run,
+        train_run,
+        walk_forward_runs,
+    )
     from foxhunt.trainer import DQNTrainer
 
 
@@ -99,4 +106,5 @@ __all__ = [
     "run_hyperopt",
     "train_ensemble",
     "train_run",
+    "walk_forward_runs",
 ]

@@ -421,6 +421,100 @@ def resume_run(
         return resume_training(Path(run_dir), total_steps=total_steps, progress=progress)
 
 
+def walk_forward_runs(
+    spec: RunSpec,
+    run_root: str | Path,
+    *,
+    n_folds: int,
+    train_size: int,
+    validation_size: int,
+    test_size: int,
+    step: int | None = None,
+    window: str = "rolling",
+    progress: bool = False,
+    verbose: bool = False,
+) -> Any:
+    """Walk-forward evaluation of ``spec`` on its market: one full run per fold, each trained
+    on its own past only and backtested on the next ``test_size`` bars.
+
+    Folds come from :func:`foxhunt.markets.data.walk_forward` (anchored to the last bar; test
+    windows ``step`` bars apart, back to back by default). A fold's ``train_size`` bars end with
+    its ``validation_size`` validation bars (model selection, early evaluations); its regime
+    detector and normalisation are fitted on the rest, so nothing from its test window or later
+    reaches it. Each fold is an ordinary run in ``run_root/fold-K`` (its bars in ``bars.csv``
+    there), so ``foxhunt evaluate/report`` work on it. Returns one row per fold (pandas), also
+    written to ``run_root/walk_forward.csv``.
+    """
+    import pandas as pd
+
+    from foxhunt.markets.data import walk_forward
+    from foxhunt.runs import MarketSpec, load_market_frame
+
+    if not spec.is_trading:
+        raise ConfigError(f"walk_forward_runs is for trading runs; got env {spec.env!r}")
+    run_root = Path(run_root)
+    if run_root.exists() and (not run_root.is_dir() or any(run_root.iterdir())):
+        raise ConfigError(f"run_root must be a new or empty directory, got: {run_root}")
+    if isinstance(validation_size, bool) or not isinstance(validation_size, int):
+        raise ConfigError(f"validation_size must be an integer, got {validation_size!r}")
+    if not 0 < validation_size < train_size:
+        raise ConfigError(
+            f"validation_size must be between 1 and train_size - 1 ({train_size - 1}), "
+            f"got {validation_size}"
+        )
+    frame = load_market_frame(spec)
+    folds = walk_forward(
+        frame,
+        n_folds,
+        train_size,
+        test_size,
+        step,
+        window=window,  # type: ignore[arg-type]
+    )
+    rows = []
+    for k, (train, test) in enumerate(folds):
+        fold_dir = run_root / f"fold-{k}"
+        fold_dir.mkdir(parents=True)
+        bars = pd.concat([train, test])
+        path = fold_dir / "bars.csv"
+        atomic_write_text(path, bars.to_csv())
+        n = len(bars)
+        # Exact bounds under the runs' int(n * fraction) split (half a bar of slack).
+        train_fraction = (len(train) - validation_size + 0.5) / n
+        validation_fraction = (validation_size + 0.5) / n
+        market = MarketSpec(
+            **{
+                **spec.market.model_dump(),
+                "data": str(path.resolve()),
+                "train_fraction": train_fraction,
+                "validation_fraction": validation_fraction,
+            }
+        )
+        fold_spec = spec.model_copy(update={"market": market})
+        run_dir = fold_dir / "run"
+        train_run(fold_spec, run_dir, progress=progress, verbose=verbose)
+        result = evaluate_run(run_dir, split="test")
+        agent, hold = result["metrics"]["agent"], result["metrics"]["buy & hold"]
+        rows.append(
+            {
+                "fold": k,
+                "train_start": str(train.index[0]),
+                "test_start": str(test.index[0]),
+                "test_end": str(test.index[-1]),
+                "test_bars": result["bars"],
+                "agent_total_log_return": agent["total_log_return"],
+                "agent_sharpe": agent["sharpe"],
+                "buy_and_hold_total_log_return": hold["total_log_return"],
+                "buy_and_hold_sharpe": hold["sharpe"],
+                "oracle_capture": result["oracle_capture"],
+                "run_dir": str(run_dir),
+            }
+        )
+    table = pd.DataFrame(rows)
+    atomic_write_text(run_root / "walk_forward.csv", table.to_csv(index=False))
+    return table
+
+
 @contextlib.contextmanager
 def _caller_state(verbose: bool) -> Iterator[None]:
     """A run from Python leaves the caller's torch thread count as it was (the run sets its
