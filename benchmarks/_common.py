@@ -149,7 +149,10 @@ def finish(
     """Assemble the common JSON layout, write it, print the markdown table; returns the payload."""
     payload = {
         "benchmark": name,
-        "command": f"python benchmarks/{name}.py" + (" --smoke" if args.smoke else ""),
+        # As run: the flags given (an opt-in env, the configurations, the jobs) reproduce it.
+        "command": " ".join(["python", f"benchmarks/{name}.py", *sys.argv[1:]])
+        if Path(sys.argv[0]).stem == name
+        else f"python benchmarks/{name}.py" + (" --smoke" if args.smoke else ""),
         "smoke": bool(args.smoke),
         "machine": machine_info(),
         "config": config,

@@ -549,6 +549,8 @@ def test_the_python_entry_points_take_paths_refuse_frames_and_keep_torch_threads
     bars = tmp_path / "bars.csv"
     bars.write_text("date,open,high,low,close\n")
     assert foxhunt.build_spec(data=bars).market.data == str(bars.resolve())  # a Path is a path
+    whole = foxhunt.build_spec(overrides={"market": {"data": bars}})  # a mapping, a Path inside
+    assert whole.market.data == str(bars.resolve())
     tiny = {"hidden_sizes": [32, 32], "learning_starts": 100, "eval_interval": 0}
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -198,7 +198,12 @@ def test_walk_forward_runs_train_each_fold_on_its_own_past(tmp_path: Path) -> No
     assert saved["agent_total_log_return"].tolist() == pytest.approx(
         table["agent_total_log_return"].tolist()
     )
-    with pytest.raises(ConfigError, match="validation_size must be between 1 and"):
-        foxhunt.walk_forward_runs(
-            spec, tmp_path / "wf2", n_folds=2, train_size=450, validation_size=450, test_size=120
-        )
+    # Every input is checked before anything is written.
+    for sizes, needle in (
+        ({"validation_size": 450, "test_size": 120}, "validation_size must be between 1 and"),
+        ({"validation_size": 100, "test_size": 1}, "fold 0: market.train_fraction"),
+        ({"validation_size": 100, "test_size": "120"}, "test_size must be a positive integer"),
+    ):
+        with pytest.raises(ConfigError, match=needle):
+            foxhunt.walk_forward_runs(spec, tmp_path / "wf2", n_folds=2, train_size=450, **sizes)
+        assert not (tmp_path / "wf2").exists()

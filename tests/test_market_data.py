@@ -1596,3 +1596,10 @@ def test_a_second_header_row_of_units_is_skipped(tmp_path, caplog, units):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, broken, "broken.csv"))
     assert_one_line(err, "column 'close' row 3 (2024-01-03)", "non-numeric value 'x'")
+
+
+def test_an_adjusted_close_without_the_other_prices_names_them_missing(tmp_path):
+    text = "Date,Open,Adj Close\n2024-01-02,1,1.5\n2024-01-03,1,1.5\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "missing column(s) high, low")

@@ -32,7 +32,7 @@ import torch
 from foxhunt._io import atomic_write_text, read_json_object
 from foxhunt.errors import ConfigError, DataError, FoxhuntError
 from foxhunt.learner import DQNAgent
-from foxhunt.runs import DATA_FILE, RunSpec, load_model, load_spec
+from foxhunt.runs import DATA_FILE, RunSpec, data_path, load_model, load_spec
 
 ENSEMBLE_FILE = "ensemble.json"
 ENSEMBLE_FORMAT = "foxhunt-ensemble"
@@ -337,9 +337,9 @@ def train_ensemble(
     written last, so an ensemble directory that lists its members holds every one of them.
     ``verbose=False`` prints nothing to stdout; the caller's torch thread count is kept.
     """
-    from foxhunt.session import _caller_state
+    from foxhunt.session import caller_state
 
-    with _caller_state(verbose):
+    with caller_state(verbose):
         return _train_ensemble(spec, Path(run_dir), n_members, progress)
 
 
@@ -534,7 +534,7 @@ def evaluate_ensemble(
     risk_aversion: float = 0.0,
     max_std: float | None = None,
     fallback_action: int | None = None,
-    data: str | None = None,
+    data: str | Path | None = None,
     episodes: int | None = None,
 ) -> dict[str, Any]:
     """Backtest a trading ensemble (report in ``run_dir/backtest``) or score a Gymnasium one.
@@ -550,6 +550,7 @@ def evaluate_ensemble(
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
+    data = data_path(data)
     if fallback_action is not None and max_std is None:
         raise ConfigError(
             f"fallback_action is taken only where the members disagree by more than max_std; "

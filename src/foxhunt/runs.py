@@ -189,7 +189,7 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
     return file_hp, file_run
 
 
-def _data_path(data: object, name: str) -> str | None:
+def data_path(data: object, name: str = "data") -> str | None:
     """A market data argument as the path a run records: a str or a Path (the file is read, and
     a missing one refused, when the run builds its market)."""
     if data is None:
@@ -223,9 +223,7 @@ def build_spec(
     ``env_kwargs``, ``market``, ``trading`` and ``total_env_steps``.
     """
     overrides = dict(overrides or {})
-    data = _data_path(data, "data")
-    if "market.data" in overrides:
-        overrides["market.data"] = _data_path(overrides["market.data"], "market.data")
+    data = data_path(data, "data")
     for section in ("env_kwargs", "market", "trading"):  # --set 'env_kwargs={map_name: 8x8}'
         whole = overrides.pop(section, None)
         if isinstance(whole, dict):
@@ -233,9 +231,11 @@ def build_spec(
                 overrides.setdefault(f"{section}.{k}", v)
         elif whole is not None:
             raise ConfigError(
-                f"--set {section}={whole!r}: {section} takes a mapping ({section}={{a: 1}}) or "
-                f"one key at a time ({section}.a=1)"
+                f"--set {section}={whole!r:.60}: {section} takes a mapping ({section}={{a: 1}}) "
+                f"or one key at a time ({section}.a=1)"
             )
+    if "market.data" in overrides:
+        overrides["market.data"] = data_path(overrides["market.data"], "market.data")
     # The run-level settings a config file holds are --set-able too; each given twice must agree.
     for key, flag, value in (
         ("seed", "--seed", seed),
@@ -438,8 +438,9 @@ def build_trading(
 
     ``recorded`` is the run's :data:`DATA_FILE` record (None: a new run, or one from before the
     record existed): the run's own data is then checked against what it trained on, see
-    :func:`check_data_record`. Data passed as ``data_override`` is new data by choice and is
-    split by the fractions like any file.
+    :func:`check_data_record`. Data passed as ``data_override`` continues the run when it holds
+    the run's bars at the same times (:func:`continues_record`: spans kept as trained);
+    otherwise it is new data, split by the fractions like any file.
     """
     from foxhunt.markets.pipeline import prepare_market
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 
 from foxhunt._io import atomic_write_text
@@ -25,6 +26,7 @@ from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
 from foxhunt.runs import (
     RunSpec,
     TradingSetup,
+    data_path,
     load_model,
     load_spec,
     make_envs,
@@ -34,6 +36,7 @@ from foxhunt.runs import (
     write_data_record,
 )
 from foxhunt.trainer import (
+    NO_STEP_LIMIT,
     DQNTrainer,
     capture_state,
     episode_returns,
@@ -403,9 +406,8 @@ def train_run(
     from Python. ``progress``: the live display; ``verbose``: the run line and the summary
     table (warnings are logged either way). Returns the training summary."""
     run_dir = Path(run_dir)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise ConfigError(f"run_dir must be a new or empty directory, got: {run_dir}")
-    with _caller_state(verbose):
+    require_new_dir(run_dir, "run_dir")
+    with caller_state(verbose):
         return run_training(spec, run_dir, progress=progress)
 
 
@@ -417,7 +419,7 @@ def resume_run(
     verbose: bool = True,
 ) -> dict[str, Any]:
     """Continue a run from its latest checkpoint (``foxhunt resume`` from Python)."""
-    with _caller_state(verbose):
+    with caller_state(verbose):
         return resume_training(Path(run_dir), total_steps=total_steps, progress=progress)
 
 
@@ -433,7 +435,7 @@ def walk_forward_runs(
     window: str = "rolling",
     progress: bool = False,
     verbose: bool = False,
-) -> Any:
+) -> pd.DataFrame:
     """Walk-forward evaluation of ``spec`` on its market: one full run per fold, each trained
     on its own past only and backtested on the next ``test_size`` bars.
 
@@ -442,22 +444,25 @@ def walk_forward_runs(
     its ``validation_size`` validation bars (model selection, early evaluations); its regime
     detector and normalisation are fitted on the rest, so nothing from its test window or later
     reaches it. Each fold is an ordinary run in ``run_root/fold-K`` (its bars in ``bars.csv``
-    there), so ``foxhunt evaluate/report`` work on it. Returns one row per fold (pandas), also
-    written to ``run_root/walk_forward.csv``.
+    there), so ``foxhunt evaluate/report`` work on it. Every input is checked before anything
+    is written. Returns one row per fold, also written to ``run_root/walk_forward.csv``.
     """
-    import pandas as pd
+    from pydantic import ValidationError
 
+    from foxhunt.config import _format_validation_error
     from foxhunt.markets.data import walk_forward
     from foxhunt.runs import MarketSpec, load_market_frame
 
     if not spec.is_trading:
         raise ConfigError(f"walk_forward_runs is for trading runs; got env {spec.env!r}")
     run_root = Path(run_root)
-    if run_root.exists() and (not run_root.is_dir() or any(run_root.iterdir())):
-        raise ConfigError(f"run_root must be a new or empty directory, got: {run_root}")
-    if isinstance(validation_size, bool) or not isinstance(validation_size, int):
-        raise ConfigError(f"validation_size must be an integer, got {validation_size!r}")
-    if not 0 < validation_size < train_size:
+    require_new_dir(run_root, "run_root")
+    for name, value in (("validation_size", validation_size), ("test_size", test_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(train_size, bool) or not isinstance(train_size, int):
+        raise ConfigError(f"train_size must be a positive integer, got {train_size!r}")
+    if not validation_size < train_size:
         raise ConfigError(
             f"validation_size must be between 1 and train_size - 1 ({train_size - 1}), "
             f"got {validation_size}"
@@ -471,27 +476,34 @@ def walk_forward_runs(
         step,
         window=window,  # type: ignore[arg-type]
     )
-    rows = []
+    names = frame.attrs.get("regime_names")
+    plans = []
     for k, (train, test) in enumerate(folds):
-        fold_dir = run_root / f"fold-{k}"
-        fold_dir.mkdir(parents=True)
+        path = run_root / f"fold-{k}" / "bars.csv"
+        n = len(train) + len(test)
+        try:  # exact bounds under the runs' int(n * fraction) split (half a bar of slack)
+            market = MarketSpec(
+                **{
+                    **spec.market.model_dump(),
+                    "data": str(path.resolve()),
+                    "train_fraction": (len(train) - validation_size + 0.5) / n,
+                    "validation_fraction": (validation_size + 0.5) / n,
+                }
+            )
+        except ValidationError as err:  # the fractions leave no test span (test_size too small)
+            raise ConfigError(
+                f"fold {k}: {_format_validation_error(err, prefix='market.')} (train_size="
+                f"{train_size}, validation_size={validation_size}, test_size={test_size})"
+            ) from None
         bars = pd.concat([train, test])
-        path = fold_dir / "bars.csv"
+        if names and "regime" in bars and "regime_name" not in bars:
+            bars = bars.assign(regime_name=[names[int(r)] for r in bars["regime"]])
+        plans.append((path, bars, spec.model_copy(update={"market": market}), train, test))
+    rows = []
+    for k, (path, bars, fold_spec, train, test) in enumerate(plans):
+        path.parent.mkdir(parents=True)
         atomic_write_text(path, bars.to_csv())
-        n = len(bars)
-        # Exact bounds under the runs' int(n * fraction) split (half a bar of slack).
-        train_fraction = (len(train) - validation_size + 0.5) / n
-        validation_fraction = (validation_size + 0.5) / n
-        market = MarketSpec(
-            **{
-                **spec.market.model_dump(),
-                "data": str(path.resolve()),
-                "train_fraction": train_fraction,
-                "validation_fraction": validation_fraction,
-            }
-        )
-        fold_spec = spec.model_copy(update={"market": market})
-        run_dir = fold_dir / "run"
+        run_dir = path.parent / "run"
         train_run(fold_spec, run_dir, progress=progress, verbose=verbose)
         result = evaluate_run(run_dir, split="test")
         agent, hold = result["metrics"]["agent"], result["metrics"]["buy & hold"]
@@ -515,8 +527,14 @@ def walk_forward_runs(
     return table
 
 
+def require_new_dir(path: Path, name: str) -> None:
+    """Refuse a directory that already holds files: a run never writes over another's."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise ConfigError(f"{name} must be a new or empty directory, got: {path}")
+
+
 @contextlib.contextmanager
-def _caller_state(verbose: bool) -> Iterator[None]:
+def caller_state(verbose: bool) -> Iterator[None]:
     """A run from Python leaves the caller's torch thread count as it was (the run sets its
     own, ``torch_threads``), and prints nothing to stdout unless ``verbose``."""
     threads = torch.get_num_threads()
@@ -546,7 +564,7 @@ def next_position(
     positions) gives the one actually held instead. Returns the bar's timestamp, the action and
     its position, the position held into the bar, and the bar's regime probabilities."""
     from foxhunt.envs.trading import TradingEnv
-    from foxhunt.runs import _data_path, build_trading, continues_record
+    from foxhunt.runs import build_trading, continues_record, data_path
 
     run_dir = Path(run_dir)
     if (run_dir / "ensemble.json").is_file():
@@ -556,8 +574,13 @@ def next_position(
     spec = load_spec(run_dir)
     if not spec.is_trading:
         raise ConfigError(f"{run_dir} trained on {spec.env!r}: next_position is for trading runs")
+    positions = spec.trading_config().positions
+    if held is not None and held not in positions:
+        raise ConfigError(
+            f"held must be one of the run's positions {list(positions)}, got {held!r}"
+        )
     recorded = read_data_record(run_dir)
-    path = _data_path(data, "data")
+    path = data_path(data, "data")
     if path is not None:
         from foxhunt.runs import load_market_frame
 
@@ -574,38 +597,36 @@ def next_position(
             )
     setup = build_trading(spec, data_override=path, recorded=recorded)
     span = setup.span("test")
-    positions = setup.config.positions
-    if held is not None and held not in positions:
-        raise ConfigError(
-            f"held must be one of the run's positions {list(positions)}, got {held!r}"
-        )
     act = model_policy(load_model(run_dir, model))  # warns when there is no best to load
     model = _weights_used(run_dir, model)
     env = TradingEnv(span, setup.config, eval_mode=True)
     obs, info = env.reset()
-    done = False
-    while not done:
-        obs, _, terminated, truncated, info = env.step(act(obs))
-        done = terminated or truncated
-    if info.get("bankrupt"):
-        raise FoxhuntError(
-            f"{run_dir}: the policy's replayed equity was wiped out at {info.get('timestamp')}, "
-            "before the last bar: pass held= to decide from the position actually held"
-        )
-    replayed = float(info["position"])
-    if held is not None:  # the observation's position one-hot: the position actually held
-        one_hot = obs[env.position_slice]
-        one_hot[:] = 0.0
-        one_hot[list(positions).index(held)] = 1.0
+    if held is not None:
+        # Features and regimes do not depend on the positions taken: the last bar's
+        # observation with the position actually held, without a replay.
+        state = env.get_state()
+        state.update(t=env.last_bar, position_index=list(positions).index(held))
+        env.set_state(state)
+        obs, replayed = env.observation(), float(held)
+    else:  # the policy's own position, replayed from the start of the test span
+        done = False
+        while not done:
+            obs, _, terminated, truncated, info = env.step(act(obs))
+            done = terminated or truncated
+        if info.get("bankrupt"):
+            raise FoxhuntError(
+                f"{run_dir}: the policy's replayed equity was wiped out at "
+                f"{pd.Timestamp(info['timestamp'])}, before the last bar: pass held= (the "
+                "position actually held) to decide from it"
+            )
+        replayed = float(info["position"])
     action = act(obs)
-    import pandas as pd
-
     timestamps = span.timestamps
     return {
         "timestamp": str(pd.Timestamp(timestamps[-1])) if timestamps is not None else None,
         "action": action,
         "position": float(positions[action]),
-        "held": float(held) if held is not None else replayed,
+        "held": replayed,
         "regime_probabilities": [float(p) for p in span.regime_probs[-1]],
         "model": model,
     }
@@ -621,7 +642,7 @@ def _weights_used(run_dir: Path, model: str) -> str:
 def evaluate_run(
     run_dir: str | Path,
     *,
-    data: str | None = None,
+    data: str | Path | None = None,
     split: str | None = None,
     episodes: int | None = None,
     model: str = "final",
@@ -635,10 +656,7 @@ def evaluate_run(
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
-    if data is not None:
-        from foxhunt.runs import _data_path
-
-        data = _data_path(data, "data")
+    data = data_path(data)
     agent = load_model(run_dir, model)
     model = _weights_used(run_dir, model)
     act = model_policy(agent)
@@ -692,7 +710,11 @@ def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
         "first_seed": seeds[0],
-        **({"episode_step_limit": limit, "cut_episodes": counts["cut"]} if limit < 1e6 else {}),
+        **(
+            {"episode_step_limit": limit, "cut_episodes": counts["cut"]}
+            if limit < NO_STEP_LIMIT
+            else {}
+        ),
         **({"returns": [float(r) for r in returns]} if episodes <= 1000 else {}),
     }
 

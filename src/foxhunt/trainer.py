@@ -175,6 +175,7 @@ def final_env_steps(done: int, total: int, n_envs: int) -> int:
 # greedy policy that loops would otherwise never end one, and training would hang in its first
 # evaluation. ``env_kwargs.max_episode_steps`` sets the env's own limit instead.
 UNLIMITED_EVAL_STEPS = 1000
+NO_STEP_LIMIT = 1_000_000  # an env that ends its own episodes: a guard, never reached in practice
 _CUT_WARNED: weakref.WeakSet[gym.Env] = weakref.WeakSet()
 
 
@@ -184,7 +185,7 @@ def evaluation_step_limit(env: gym.Env) -> int:
     spec = env.spec
     if spec is not None and spec.max_episode_steps is None:
         return UNLIMITED_EVAL_STEPS
-    return 1_000_000
+    return NO_STEP_LIMIT
 
 
 def episode_returns(

@@ -255,6 +255,11 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
         self._done = True
 
     # -- helpers ------------------------------------------------------------------------------
+    def observation(self) -> np.ndarray:
+        """The observation at the current bar and position: after :meth:`set_state`, the one
+        for any bar and position, without stepping there (``foxhunt.next_position``)."""
+        return self._observation()
+
     def _observation(self) -> np.ndarray:
         t = self._t
         obs = np.empty(self.obs_dim, dtype=np.float32)

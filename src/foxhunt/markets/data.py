@@ -767,10 +767,9 @@ def _adjustment_notes(
     if adjusted is None:
         return
     if found.get("close") == adjusted:
-        unadjusted = [str(found[c]) for c in ("open", "high", "low") if c in found]
-        if unadjusted and all(
-            found[c] != fallback.get(f"adj {c}") for c in ("open", "high", "low")
-        ):
+        present = [c for c in ("open", "high", "low") if c in found]
+        unadjusted = [str(found[c]) for c in present]
+        if unadjusted and all(found[c] != fallback.get(f"adj {c}") for c in present):
             log.warning(
                 "%s: close read from %r beside unadjusted %s: the bars mix adjusted and "
                 "unadjusted prices",
@@ -779,6 +778,8 @@ def _adjustment_notes(
                 ", ".join(repr(c) for c in unadjusted),
             )
         return
+    if "close" not in found:
+        return  # refused as a missing column by the caller
     close = pd.to_numeric(frame[found["close"]], errors="coerce").to_numpy(dtype=np.float64)
     adj = pd.to_numeric(frame[adjusted], errors="coerce").to_numpy(dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
