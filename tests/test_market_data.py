@@ -1603,3 +1603,11 @@ def test_an_adjusted_close_without_the_other_prices_names_them_missing(tmp_path)
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, text))
     assert_one_line(err, "missing column(s) high, low")
+
+
+def test_a_units_row_and_a_footer_in_one_file(tmp_path, caplog):
+    rows = ["2024-01-02,10,11,9,10.5,100", "2024-01-03,10,11,9,10.5,100"]
+    text = HEADER + ",USD,USD,USD,USD,shares\n" + "\n".join(rows) + "\nDownloaded from x.com\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert list(df.index) == [pd.Timestamp("2024-01-02"), pd.Timestamp("2024-01-03")]
+    assert "skipped as a row of units" in caplog.text and "skipped as a footer" in caplog.text

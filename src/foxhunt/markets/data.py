@@ -934,43 +934,36 @@ def _bar_timestamps(
         return frame, _parse_timestamps(ts_raw, label, column), column
     except DataError as err:
         error = err
-    # A second header row of units (",USD,USD,...", "yyyy-mm-dd,USD,..."): no timestamp, no
-    # prices. Dropped, and said; later messages still number rows as the file does.
+    # A second header row of units (",USD,USD,...", "yyyy-mm-dd,USD,...") and a vendor's footer
+    # (Barchart's "Downloaded from ...", investing.com's "Highest: ...", a totals row): no
+    # timestamp and no prices. Dropped (either, or both), and said; later messages still
+    # number rows as the file does.
     head = _leading_unit_rows(frame, found, ts_raw, label, column)
-    if head:
-        kept = frame.iloc[head:].reset_index(drop=True)
-        try:
+    footer = _footer_rows(frame, found, ts_raw, label, column)
+    tries = [(head, 0), (0, footer), (head, footer)]
+    for h, f in dict.fromkeys(t for t in tries if any(t) and t[0] + t[1] < len(frame)):
+        kept = frame.iloc[h : len(frame) - f].reset_index(drop=True)
+        try:  # the source again: a footer may have hidden a date + time-of-day layout
             kept_raw, kept_column = _timestamp_source(kept, label)
             stamps = _parse_timestamps(kept_raw, label, kept_column)
         except DataError:
-            pass
-        else:
+            continue
+        if h:
             log.warning(
                 "%s: the first %s no bar (%s): skipped as a row of units",
                 label,
-                "row holds" if head == 1 else f"{head} rows hold",
-                _fmt(" ".join(str(v) for v in frame.iloc[:head].stack().dropna())),
+                "row holds" if h == 1 else f"{h} rows hold",
+                _fmt(" ".join(str(v) for v in frame.iloc[:h].stack().dropna())),
             )
-            kept.attrs["head_rows"] = head
-            return kept, stamps, kept_column
-    # A vendor's footer (Barchart's "Downloaded from ...", investing.com's "Highest: ...", a
-    # spreadsheet's totals row): no timestamp and no prices. Dropped, and said.
-    footer = _footer_rows(frame, found, ts_raw, label, column)
-    if footer:
-        kept = frame.iloc[: len(frame) - footer]
-        try:  # the source again: the footer may have hidden a date + time-of-day layout
-            kept_raw, kept_column = _timestamp_source(kept, label)
-            stamps = _parse_timestamps(kept_raw, label, kept_column)
-        except DataError:
-            pass
-        else:
+        if f:
             log.warning(
                 "%s: the last %s no bar (%s): skipped as a footer",
                 label,
-                "row holds" if footer == 1 else f"{footer} rows hold",
-                _fmt(" ".join(str(v) for v in frame.iloc[-footer:].stack().dropna())),
+                "row holds" if f == 1 else f"{f} rows hold",
+                _fmt(" ".join(str(v) for v in frame.iloc[-f:].stack().dropna())),
             )
-            return kept, stamps, kept_column
+        kept.attrs["head_rows"] = h
+        return kept, stamps, kept_column
     # CryptoDataDownload's older files write "2019-12-13 11-AM" under Date and the same time
     # under "Unix Timestamp": a second timestamp column that reads is used, and said.
     stamps, column = _other_timestamps(frame, column, label, error)
