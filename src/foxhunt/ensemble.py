@@ -345,13 +345,11 @@ def train_ensemble(
 
 def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool) -> list[Path]:
     from foxhunt import distributed
-    from foxhunt.session import run_training
+    from foxhunt.session import require_new_dir, run_training
 
     if isinstance(n_members, bool) or not isinstance(n_members, int) or n_members < 2:
         raise ConfigError(f"n_members must be an integer of at least 2, got: {n_members!r}")
-    run_dir = Path(run_dir)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise ConfigError(f"run_dir must be a new or empty directory, got: {run_dir}")
+    require_new_dir(run_dir, "run_dir")
     hp = spec.hyperparameters
     seeds = [hp.seed + i for i in range(n_members)]
     if seeds[-1] >= 2**32:

@@ -433,6 +433,7 @@ def build_trading(
     *,
     recorded: dict[str, Any] | None = None,
     purpose: Literal["evaluate", "resume"] = "evaluate",
+    continuing: bool = False,
 ) -> TradingSetup:
     """Load (or synthesise) the market, fit features and regimes on the training span only.
 
@@ -440,7 +441,8 @@ def build_trading(
     record existed): the run's own data is then checked against what it trained on, see
     :func:`check_data_record`. Data passed as ``data_override`` continues the run when it holds
     the run's bars at the same times (:func:`continues_record`: spans kept as trained);
-    otherwise it is new data, split by the fractions like any file.
+    otherwise it is new data, split by the fractions like any file, unless ``continuing``
+    (acting on new bars), which refuses it.
     """
     from foxhunt.markets.pipeline import prepare_market
 
@@ -460,7 +462,7 @@ def build_trading(
     bounds = None
     if recorded is not None and data_override is None:
         bounds = check_data_record(recorded, df, identity, _data_label(spec), purpose)
-    elif recorded is not None and continues_record(recorded, df):
+    elif recorded is not None and continues_record(recorded, df, identity):
         # The run's own bars, then new ones: the spans stay where the run trained, so its
         # normalisation and regime detector are fitted on the same training bars.
         bounds = int(recorded["train_end"]), int(recorded["val_end"])
@@ -472,6 +474,16 @@ def build_trading(
                 source,
                 added,
             )
+    elif continuing and data_override is not None:
+        fewer = recorded is not None and n < int(recorded["rows"])
+        what = (
+            f"holds {n} bars, fewer than the {recorded['rows']} the run trained on"
+            if fewer and recorded is not None
+            else "does not start with the bars the run trained on, at the same times"
+        )
+        raise ConfigError(
+            f"data {source} {what}: pass the run's data grown by the new bars (the whole history)"
+        )
     if bounds is not None:  # the file grew: the spans stay where the run trained
         train_end, val_end = bounds
     else:
@@ -588,25 +600,38 @@ def read_data_record(run_dir: Path) -> dict[str, Any] | None:
     return record
 
 
-def continues_record(recorded: dict[str, Any], df: Any) -> bool:
-    """Whether ``df`` starts with the bars a run trained on, at the same times: its data grown
-    by new bars, the trained bars' values possibly revised (a vendor's corrected last bar, which
-    is warned about), as the run's own file may be for evaluate."""
-    rows = int(recorded["rows"])
-    if len(df) < rows:
-        return False
-    values_kept = _hash_rows(df, rows) == recorded["sha256"]
-    if "index_sha256" in recorded:
-        times_kept = _hash_index(df, rows) == recorded["index_sha256"]
-    else:  # a record from before the timestamps had their own hash: the values must match
-        times_kept = values_kept
+def continues_record(recorded: dict[str, Any], df: Any, now: dict[str, Any]) -> bool:
+    """Whether ``df`` (whose :func:`data_identity` is ``now``) starts with the bars a run
+    trained on, at the same times: its data grown by new bars, the trained bars' values
+    possibly revised (a vendor's corrected last bar, which is warned about), as the run's own
+    file may be for evaluate."""
+    times_kept, values_kept = _kept_bars(recorded, df, now)
     if times_kept and not values_kept:
         log.warning(
             "values of the %d bars the run trained on were revised since (prices or volume, at "
             "the same times); the spans stay as trained",
-            rows,
+            recorded["rows"],
         )
     return times_kept
+
+
+def _kept_bars(recorded: dict[str, Any], df: Any, now: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the bars a run trained on are still the first of ``df`` (identity ``now``): at
+    the same times, and with the same values."""
+    rows, old_rows = now["rows"], recorded["rows"]
+    covers = rows >= old_rows
+    # The trained bars' hashes: the whole file's when it has as many rows (already computed).
+    grown = rows > old_rows
+    values_kept = (
+        covers and (_hash_rows(df, old_rows) if grown else now["sha256"]) == recorded["sha256"]
+    )
+    if "index_sha256" in recorded:
+        old_times = _hash_index(df, old_rows) if grown else now["index_sha256"]
+        times_kept = covers and old_times == recorded["index_sha256"]
+    else:  # a record from before the timestamps had their own hash: what it can tell
+        same_ends = now["first"] == recorded["first"] and now["last"] == recorded["last"]
+        times_kept = values_kept or (rows == old_rows and same_ends)
+    return times_kept, values_kept
 
 
 def check_data_record(
@@ -629,18 +654,7 @@ def check_data_record(
     rows, old_rows = now["rows"], recorded["rows"]
     if now["sha256"] == recorded["sha256"] and rows == old_rows:
         return None
-    covers = rows >= old_rows
-    # The trained bars' hashes: the whole file's when it has as many rows (already computed).
-    grown = rows > old_rows
-    values_kept = (
-        covers and (_hash_rows(df, old_rows) if grown else now["sha256"]) == recorded["sha256"]
-    )
-    if "index_sha256" in recorded:
-        old_times = _hash_index(df, old_rows) if grown else now["index_sha256"]
-        times_kept = covers and old_times == recorded["index_sha256"]
-    else:  # a record from before the timestamps had their own hash: what it can tell
-        same_ends = now["first"] == recorded["first"] and now["last"] == recorded["last"]
-        times_kept = values_kept or (rows == old_rows and same_ends)
+    times_kept, values_kept = _kept_bars(recorded, df, now)
     added = rows - old_rows
     if times_kept and added:
         revised = "" if values_kept else f" and values of the {old_rows} trained bars revised"

@@ -457,17 +457,8 @@ def walk_forward_runs(
         raise ConfigError(f"walk_forward_runs is for trading runs; got env {spec.env!r}")
     run_root = Path(run_root)
     require_new_dir(run_root, "run_root")
-    for name, value in (("validation_size", validation_size), ("test_size", test_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    if isinstance(train_size, bool) or not isinstance(train_size, int):
-        raise ConfigError(f"train_size must be a positive integer, got {train_size!r}")
-    if not validation_size < train_size:
-        raise ConfigError(
-            f"validation_size must be between 1 and train_size - 1 ({train_size - 1}), "
-            f"got {validation_size}"
-        )
     frame = load_market_frame(spec)
+    # walk_forward checks n_folds, the sizes, step and window (nothing is written yet).
     folds = walk_forward(
         frame,
         n_folds,
@@ -476,6 +467,12 @@ def walk_forward_runs(
         step,
         window=window,  # type: ignore[arg-type]
     )
+    bad = isinstance(validation_size, bool) or not isinstance(validation_size, int)
+    if bad or not 0 < validation_size < train_size:
+        raise ConfigError(
+            f"validation_size must be between 1 and train_size - 1 ({train_size - 1}), "
+            f"got {validation_size!r}"
+        )
     names = frame.attrs.get("regime_names")
     plans = []
     for k, (train, test) in enumerate(folds):
@@ -564,7 +561,7 @@ def next_position(
     positions) gives the one actually held instead. Returns the bar's timestamp, the action and
     its position, the position held into the bar, and the bar's regime probabilities."""
     from foxhunt.envs.trading import TradingEnv
-    from foxhunt.runs import build_trading, continues_record, data_path
+    from foxhunt.runs import build_trading, data_path
 
     run_dir = Path(run_dir)
     if (run_dir / "ensemble.json").is_file():
@@ -581,21 +578,13 @@ def next_position(
         )
     recorded = read_data_record(run_dir)
     path = data_path(data, "data")
-    if path is not None:
-        from foxhunt.runs import load_market_frame
-
-        frame = load_market_frame(spec, path)
-        if recorded is not None and len(frame) < int(recorded["rows"]):
-            raise ConfigError(
-                f"data {path} holds {len(frame)} bars, fewer than the {recorded['rows']} the run "
-                "trained on: pass the run's data grown by the new bars (the whole history)"
-            )
-        if recorded is None or not continues_record(recorded, frame):
-            raise ConfigError(
-                f"data {path} does not start with the bars the run trained on, at the same "
-                "times: pass the run's data grown by the new bars (the whole history)"
-            )
-    setup = build_trading(spec, data_override=path, recorded=recorded)
+    if path is not None and recorded is None:  # a run from before data.json: nothing to match
+        raise ConfigError(
+            f"data {path} does not start with the bars the run trained on (it has no data.json "
+            "record to match): pass the run's data grown by the new bars (the whole history)"
+        )
+    # Read once: the market build checks the file continues the run's data (else refuses it).
+    setup = build_trading(spec, data_override=path, recorded=recorded, continuing=True)
     span = setup.span("test")
     act = model_policy(load_model(run_dir, model))  # warns when there is no best to load
     model = _weights_used(run_dir, model)

@@ -137,6 +137,7 @@ _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
     "last": ("close", frozenset({"last", "last price", "price", *_LOCALISED_LAST})),
     "tick volume": ("volume", frozenset({"tickvol", "tick volume", "tickvolume", "ticks"})),
 }
+_FALLBACK_NAMES = frozenset().union(*(names for _, names in _FALLBACKS.values()))
 # Timestamp column names, in order of preference.
 _TIMESTAMP_ALIASES = (
     "timeopen",  # CoinMarketCap: the bar's open, before its close-time "timestamp"
@@ -628,10 +629,7 @@ def _shift_jis_header(path: Path, label: str) -> bool:
 def _header_names(line: str) -> int:
     """How many fields of a line are column names this loader knows (date, open, close, ...)."""
     names = [_norm(f.strip('"')) for f in re.split(r"[,;\t|]", line)]
-    return sum(
-        n in _ALIASES or n in _TIMESTAMP_ALIASES[:-1] or any(n in f for _, f in _FALLBACKS.values())
-        for n in names
-    )
+    return sum(n in _ALIASES or n in _FALLBACK_NAMES or n in _TIMESTAMP_ALIASES[:-1] for n in names)
 
 
 def _leading_comments(lines: list[str]) -> int:
