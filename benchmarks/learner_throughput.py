@@ -7,6 +7,8 @@ sampling included in every update (SB3's ``train`` samples inside its loop; foxh
 SB3's DQN is plain (not double) DQN, so the headline ratio uses foxhunt with ``double_q=False``;
 foxhunt's default double DQN (one more forward pass) is reported beside it. ``torch_minimal`` is a
 hand-written loop of the same maths with no bookkeeping at all: the floor any library could reach.
+``foxhunt_compiled`` is foxhunt with ``compile=True``: on CPU with Adam, the whole step (gradients,
+clipping, update) as one graph, ``DQNAgent.update``; the JSON records whether it ran that way.
 ``cleanrl`` is CleanRL's ``dqn.py`` update as written (SB3's ``ReplayBuffer.sample``, MSE TD loss,
 no clipping, ``zero_grad`` / ``backward`` / ``step``) on the same network, against foxhunt set to
 the same update (``loss="mse"``, no clipping, plain DQN).
@@ -288,6 +290,7 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
         "reps": reps,
         "updates_per_s_median": med,
         "updates_per_s_reps": per_rep,
+        "foxhunt_compiled_ran_whole_step_graph": bool(fox_compiled.agent._whole_step_ok),
         "ratio_foxhunt_vs_sb3": med["foxhunt"] / med["sb3"],
         "ratio_foxhunt_vs_sb3_paired_median": C.median(fox_ratio),
         "ratio_foxhunt_compiled_vs_sb3": med["foxhunt_compiled"] / med["sb3"],

@@ -225,6 +225,36 @@ def test_compiled_accumulation_equals_eager_big_batch(
         )
 
 
+@pytest.mark.parametrize("variant", ["plain", "rainbow_regime"])
+def test_compiled_whole_step_equals_eager_accumulation(
+    variant: str, hp_factory, agent_factory
+) -> None:
+    """With ``compile`` and Adam, a window of one micro-batch of 256 runs as one graph (gradients,
+    norm, clipping, update); it lands where eager accumulation of 4 x 64 lands. Adam's eps is
+    1e-6 so that round-off in near-zero gradients stays round-off in the parameters."""
+    adam = dict(optimizer="adam", learning_rate=1e-3, adam_eps=1e-6)
+    hp = _hp(hp_factory, **{**VARIANTS[variant], **adam})
+    buf = _filled_replay(hp)
+    n_reg = _n_regimes(hp)
+    whole = agent_factory(hp.model_copy(update={"compile": True}), OBS_DIM, N_ACT, n_reg)
+    acc = agent_factory(hp, OBS_DIM, N_ACT, n_reg)
+    for _ in range(3):
+        batch = buf.sample(EFF, beta=0.5)
+        _, sw = whole.update(batch)
+        for mb in batch.split(SPLITS["4x64"]):
+            acc.backward_only(mb, len(mb) / EFF)
+        sa = acc.optimizer_step()
+        assert whole._whole_step_ok
+        assert sw.pre_clip_norm == pytest.approx(sa.pre_clip_norm, rel=1e-5)
+        assert (sw.clipped, sw.lr, sw.optimizer_steps) == (sa.clipped, sa.lr, sa.optimizer_steps)
+        _assert_lists_close(
+            list(whole.online_net.parameters()), list(acc.online_net.parameters()), atol=1e-7
+        )
+        _assert_lists_close(
+            list(whole.target_net.parameters()), list(acc.target_net.parameters()), atol=1e-7
+        )
+
+
 @pytest.mark.parametrize("variant", ["dueling", "rainbow_regime"])
 def test_bf16_accumulation_matches_bf16_big_batch(variant: str, hp_factory, agent_factory) -> None:
     """bf16 autocast on CPU: compare with the same bf16 computation on the big batch."""
@@ -325,8 +355,17 @@ def _trainer(hp_factory, batch_size: int, accum: int, **overrides: Any) -> DQNTr
             "optimizer": "adam",
             "learning_rate": 1e-3,
         },
+        {
+            "prioritized_replay": True,
+            "n_step": 3,
+            "dueling": True,
+            "optimizer": "adam",
+            "learning_rate": 1e-3,
+            "compile": True,
+        },
     ],
-    ids=["sgd_uniform", "adam_per_nstep"],
+    # compiled: 4 x 64 through the compiled objective, 1 x 256 as one whole-step graph.
+    ids=["sgd_uniform", "adam_per_nstep", "adam_per_nstep_compiled"],
 )
 def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides) -> None:
     t_acc = _trainer(hp_factory, 64, 4, **overrides)
@@ -359,6 +398,8 @@ def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides)
                 np.testing.assert_allclose(
                     t_acc.replay.tree.tree, t_big.replay.tree.tree, rtol=1e-4, atol=1e-7
                 )
+        if t_big.hp.compile:  # the big window went through the one-graph step
+            assert t_big.agent._whole_step_ok and not t_acc.agent._whole_step_ok
         assert t_acc.agent.optimizer_steps == t_big.agent.optimizer_steps == 2
         assert t_acc.agent.scheduler.last_epoch == 2
     finally:

@@ -78,6 +78,7 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
         assert r["ratio_foxhunt_compiled_vs_sb3"] == pytest.approx(
             med["foxhunt_compiled"] / med["sb3"]
         )
+        assert r["foxhunt_compiled_ran_whole_step_graph"] is True
         assert r["ratio_gemm_floor_vs_sb3"] == pytest.approx(med["gemm_floor"] / med["sb3"])
         assert r["ratio_foxhunt_bf16_vs_sb3"] == pytest.approx(med["foxhunt_bf16"] / med["sb3"])
         assert r["ratio_foxhunt_vs_cleanrl"] == pytest.approx(

@@ -4,6 +4,7 @@ scheduler step per window, non-finite skips, target sync and LR schedules in opt
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -635,3 +636,171 @@ def test_compile_failure_in_the_lazy_backward_falls_back_with_gradients_intact(
     assert "torch.compile failed (backward compilation failed)" in caplog.text
     for p, q in zip(agent.params, eager.params, strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+
+
+WHOLE_STEP_VARIANTS: dict[str, dict[str, Any]] = {
+    "plain_adam": {},
+    "adamw_decay_schedule_clipping": {
+        "optimizer": "adamw",
+        "weight_decay": 0.05,
+        "max_grad_norm": 0.215,
+        "lr_schedule": "cosine",
+        "lr_warmup_steps": 2,
+        "lr_decay_steps": 5,
+    },
+    "rainbow_regime_per": {
+        "double_q": True,
+        "dueling": True,
+        "distributional": "c51",
+        "n_atoms": 11,
+        "v_min": -5.0,
+        "v_max": 5.0,
+        "noisy_nets": True,
+        "regime_conditional": True,
+        "regime_gating": "soft",
+        "target_update_interval": 2,
+        "weight_decay": 0.01,
+        "max_grad_norm": 0.3,
+    },
+}
+
+
+def _optimizer_tensors(agent: DQNAgent) -> list[torch.Tensor]:
+    """Adam's state, parameter by parameter (none before the first step)."""
+    state = agent.optimizer.state
+    return [
+        state[p][k] for p in agent.params if p in state for k in ("exp_avg", "exp_avg_sq", "step")
+    ]
+
+
+@pytest.mark.parametrize("variant", list(WHOLE_STEP_VARIANTS), ids=list(WHOLE_STEP_VARIANTS))
+def test_compiled_whole_step_equals_the_eager_step(
+    variant: str, hp_factory, agent_factory, batch_factory
+) -> None:
+    """With ``compile``, ``update`` runs gradients, global norm, clipping and the Adam/AdamW update
+    as one graph. Step after step it lands where ``backward`` + ``optimizer_step`` land, with the
+    same statistics, PER weights and n-step discounts in the batch, and it never fills ``.grad``."""
+    overrides = WHOLE_STEP_VARIANTS[variant]
+    # adam_eps 1e-6: Adam divides by |g| + eps, so round-off in a near-zero gradient would
+    # otherwise show as a visible parameter difference and force a loose tolerance.
+    hp = hp_factory(learning_rate=1e-3, adam_eps=1e-6, **{"max_grad_norm": 1.0, **overrides})
+    k = 3 if hp.regime_conditional else 0
+    whole = agent_factory(hp.model_copy(update={"compile": True}), 8, 3, k)
+    eager = agent_factory(hp, 8, 3, k)
+    clipped = []
+    for seed in range(5):
+        batch = batch_factory(64, 8, 3, seed=seed, n_regimes=k, vary_discounts=True)
+        batch = replace(batch, rewards=batch.rewards * (1 + 4 * seed))  # some steps clip
+        if seed % 2:
+            w = torch.from_numpy(np.random.default_rng(seed).uniform(0.2, 1.0, 64)).float()
+            batch = replace(batch, weights=w / w.max())
+        rw, sw = whole.update(batch)
+        re_ = eager.backward_micro_batch(batch, 1.0)
+        se = eager.optimizer_step()
+        assert whole._whole_step_ok, "the step did not run as one graph"
+        assert all(p.grad is None for p in whole.params)
+        assert sw.pre_clip_norm == pytest.approx(se.pre_clip_norm, rel=1e-5)
+        assert sw.post_clip_norm == pytest.approx(se.post_clip_norm, rel=1e-5)
+        assert (sw.clipped, sw.skipped, sw.lr, sw.optimizer_steps) == (
+            se.clipped,
+            se.skipped,
+            se.lr,
+            se.optimizer_steps,
+        )
+        clipped.append(sw.clipped)
+        for a, b in zip(
+            (rw.loss, rw.td_errors, rw.q_mean, rw.q_abs_max),
+            (re_.loss, re_.td_errors, re_.q_mean, re_.q_abs_max),
+            strict=True,
+        ):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(
+            _flat(whole.target_net.parameters()), _flat(eager.target_net.parameters())
+        )
+        torch.testing.assert_close(
+            _flat(_optimizer_tensors(whole)), _flat(_optimizer_tensors(eager)), rtol=1e-4, atol=1e-9
+        )
+        for bw, be in zip(whole.online_net.buffers(), eager.online_net.buffers(), strict=True):
+            assert torch.equal(bw, be)  # noise resampled alike, once per step
+    if hp.max_grad_norm is not None and hp.max_grad_norm < 1.0:
+        assert any(clipped) and not all(clipped)
+    assert whole.scheduler.last_epoch == eager.scheduler.last_epoch == 5
+
+
+def test_compiled_whole_step_skips_a_non_finite_step(
+    hp_factory, agent_factory, batch_factory
+) -> None:
+    """A NaN reward gives NaN gradients: the one-graph step leaves parameters, Adam's state and the
+    schedule as they were and counts a skip, as the eager step does, and the next step goes on."""
+    hp = hp_factory(learning_rate=1e-3, adam_eps=1e-6, max_grad_norm=1.0)
+    whole = agent_factory(hp.model_copy(update={"compile": True}))
+    eager = agent_factory(hp)
+    good, bad = batch_factory(32, seed=1), batch_factory(32, seed=2)
+    bad = replace(bad, rewards=torch.where(torch.arange(32) == 3, math.nan, bad.rewards))
+    for batch in (good, bad, good):
+        before = _flat([*whole.params, *_optimizer_tensors(whole)])
+        _, sw = whole.update(batch)
+        eager.backward_micro_batch(batch, 1.0)
+        se = eager.optimizer_step()
+        assert (sw.skipped, sw.optimizer_steps) == (se.skipped, se.optimizer_steps)
+        if sw.skipped:
+            assert math.isnan(sw.pre_clip_norm) and math.isnan(sw.post_clip_norm)
+            assert torch.equal(_flat([*whole.params, *_optimizer_tensors(whole)]), before)
+        torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
+    assert whole.skipped_steps == eager.skipped_steps == 1
+    assert whole.optimizer_steps == 2 and whole.scheduler.last_epoch == 2
+
+
+@pytest.mark.parametrize("part_way", [False, True], ids=["at_compile", "part_way"])
+def test_whole_step_failure_falls_back_with_state_intact(
+    part_way: bool, hp_factory, agent_factory, batch_factory, monkeypatch, caplog
+) -> None:
+    """A whole-step graph that fails on its first call (at compilation, or after it began to write
+    in place) is said once; the step runs the other way from untouched parameters and state."""
+
+    def compile_(fn, **kwargs):  # type: ignore[no-untyped-def]
+        if fn.__name__ != "whole_step":
+            return fn  # the objective runs eagerly: this test is about the whole step
+
+        def broken(params, exp_avgs, *rest):  # type: ignore[no-untyped-def]
+            if part_way:
+                torch._foreach_add_(params, 1.0)
+                torch._foreach_add_(exp_avgs, 1.0)
+            raise RuntimeError("inductor: whole-step lowering failed\nmore detail")
+
+        return broken
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    hp = hp_factory(learning_rate=1e-3)
+    agent = agent_factory(hp.model_copy(update={"compile": True}))
+    eager = agent_factory(hp)
+    for seed in range(3):
+        batch = batch_factory(32, seed=seed)
+        agent.update(batch)
+        eager.backward_micro_batch(batch, 1.0)
+        eager.optimizer_step()
+    assert caplog.text.count("the whole-step graph failed (inductor: whole-step lowering") == 1
+    assert agent._whole_step is None and agent.optimizer_steps == 3
+    assert torch.equal(_flat(agent.params), _flat(eager.params))
+    assert torch.equal(_flat(_optimizer_tensors(agent)), _flat(_optimizer_tensors(eager)))
+
+
+def test_whole_step_steps_aside_when_adam_constants_change(
+    hp_factory, agent_factory, batch_factory
+) -> None:
+    """Betas and eps are constants of the traced graph: changed in the optimizer's group mid-run,
+    the step goes the other way and still matches the eager step with the new values."""
+    hp = hp_factory(learning_rate=1e-3, adam_eps=1e-6)
+    whole = agent_factory(hp.model_copy(update={"compile": True}))
+    eager = agent_factory(hp)
+    for seed in range(4):
+        if seed == 2:
+            for agent in (whole, eager):
+                agent.optimizer.param_groups[0]["betas"] = (0.5, 0.9)
+        batch = batch_factory(32, seed=seed)
+        whole.update(batch)
+        eager.backward_micro_batch(batch, 1.0)
+        eager.optimizer_step()
+        assert whole._whole_step_usable() == (seed < 2)
+        torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)

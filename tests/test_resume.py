@@ -98,6 +98,8 @@ def assert_same_weights(a: Path, b: Path) -> int:
         pytest.param({"env": None, "n_envs": 2}, id="trading"),
         # Toy text: a Discrete observation (one-hot encoded) and state kept in ``s``.
         pytest.param({"env": "FrozenLake-v1"}, id="frozenlake"),
+        # compile with Adam: every update is the one-graph whole step, recompiled by the resume.
+        pytest.param({"compile": "true", "optimizer": "adam"}, id="compiled-whole-step"),
     ],
 )
 def test_resume_in_new_process_is_bitwise_exact(tmp_path: Path, variant: dict) -> None:

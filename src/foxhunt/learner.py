@@ -123,17 +123,10 @@ def build_optimizer(params: list[nn.Parameter], hp: DQNHyperparameters) -> torch
         return cls(params, foreach=True, **common)
 
 
-def _fused_adam_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> bool:
-    """One Adam/AdamW step with the fused kernel called directly; False when this does not apply.
-
-    ``Optimizer.step`` spends more time on Python bookkeeping (hooks, per-call grouping of
-    tensors by device and dtype, state lookups) than the fused kernel spends on a 67k-parameter
-    update; calling the kernel directly took the eager learner step at batch 64 from 1.21x to
-    1.35x SB3's updates/s (BENCHMARKS.md §1). This is the
-    same kernel on the same state tensors, read fresh from ``optimizer.state`` every call (so a
-    loaded state dict is used as is), and bit for bit ``optimizer.step()``; tests compare the two.
-    The first step, and any configuration outside the plain case, goes through ``step()``.
-    """
+def _plain_fused_adam(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is fused Adam/AdamW with one group, a float lr, none of amsgrad,
+    maximize, capturable or differentiable, and no step hooks: the case whose update foxhunt may
+    run itself (the hooks would not run otherwise)."""
     if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
         return False
     if len(optimizer.param_groups) != 1:
@@ -149,8 +142,23 @@ def _fused_adam_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter
         getattr(torch_optimizer, "_global_optimizer_pre_hooks", None),
         getattr(torch_optimizer, "_global_optimizer_post_hooks", None),
     )
-    if any(h is None or len(h) for h in hooks):  # hooks must run: leave it to step()
+    return not any(h is None or len(h) for h in hooks)  # hooks must run: leave it to step()
+
+
+def _fused_adam_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> bool:
+    """One Adam/AdamW step with the fused kernel called directly; False when this does not apply.
+
+    ``Optimizer.step`` spends more time on Python bookkeeping (hooks, per-call grouping of
+    tensors by device and dtype, state lookups) than the fused kernel spends on a 67k-parameter
+    update; calling the kernel directly took the eager learner step at batch 64 from 1.21x to
+    1.35x SB3's updates/s (BENCHMARKS.md §1). This is the
+    same kernel on the same state tensors, read fresh from ``optimizer.state`` every call (so a
+    loaded state dict is used as is), and bit for bit ``optimizer.step()``; tests compare the two.
+    The first step, and any configuration outside the plain case, goes through ``step()``.
+    """
+    if not _plain_fused_adam(optimizer):
         return False
+    group = optimizer.param_groups[0]
     state = optimizer.state
     grads, exp_avgs, exp_avg_sqs, steps = [], [], [], []
     for p in params:
@@ -192,6 +200,23 @@ def _fused_adam_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter
 def _fused_kernel_available() -> bool:
     """Whether this torch has the fused Adam/AdamW kernels ``_fused_adam_step`` calls."""
     return hasattr(torch, "_fused_adam_") and hasattr(torch, "_fused_adamw_")
+
+
+class _WholeStepUnavailable(Exception):
+    """The compiled whole step failed to compile; the step runs the other way."""
+
+
+class _Objective(nn.Module):
+    """The agent's micro-batch objective as a module whose parameters are the online net's, so
+    that ``torch.func.functional_call`` can stand ``torch.func.grad``'s inputs in for them."""
+
+    def __init__(self, agent: DQNAgent) -> None:
+        super().__init__()
+        self.net = agent.online_net
+        self._objective = agent._micro_objective  # a bound method, not a registered module
+
+    def forward(self, *batch: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        return self._objective(*batch)
 
 
 class DQNAgent:
@@ -269,6 +294,10 @@ class DQNAgent:
         self._forward_net: nn.Module = self.online_net
         self._ddp: nn.Module | None = None
         self._objective = self._build_objective()
+        self._scalars = torch.zeros(3, dtype=torch.float32, device=self.device)
+        self._whole_step_ok = False
+        self._baked: tuple[Any, ...] = ()
+        self._whole_step = self._build_whole_step()
 
     # --- data parallel
     def enable_data_parallel(self, **ddp_kwargs: Any) -> None:
@@ -451,10 +480,7 @@ class DQNAgent:
         if not math.isfinite(pre_f):
             if self.scaler is not None:
                 self.scaler.update()  # lowers the loss scale; no optimizer state is touched
-            self.zero_grad()
-            self.skipped_steps += 1
-            self.consecutive_skips += 1
-            return GradientStats(pre_f, float("nan"), False, lr, True, self.optimizer_steps)
+            return self._skipped_step(pre_f, lr)
         clipped = False
         post_f = pre_f
         if hp.max_grad_norm is not None:
@@ -477,6 +503,22 @@ class DQNAgent:
             self.scaler.update()
         elif not self._fused_step():
             self.optimizer.step()
+        return self._finished_step(pre_f, post_f, clipped, lr)
+
+    def _skipped_step(self, pre_f: float, lr: float) -> GradientStats:
+        """Non-finite gradients: drop them; parameters, optimizer and schedule stay as they were."""
+        self.zero_grad()
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
+        return GradientStats(pre_f, float("nan"), False, lr, True, self.optimizer_steps)
+
+    def _finished_step(
+        self, pre_f: float, post_f: float, clipped: bool, lr: float
+    ) -> GradientStats:
+        """After the parameters moved: schedule, reset gradients, resample noise, sync target."""
+        # What Optimizer.step's wrapper records for the scheduler, also when the kernel ran
+        # without it (the direct fused call, the whole-step graph): the step did happen.
+        self.optimizer._opt_called = True  # type: ignore[attr-defined]
         self.scheduler.step()
         self.zero_grad()
         self.optimizer_steps += 1
@@ -484,9 +526,187 @@ class DQNAgent:
         if self.online_net.is_noisy:
             self.online_net.reset_noise(self.noise_generator)
             self.target_net.reset_noise(self.noise_generator)
-        if self.optimizer_steps % hp.target_update_interval == 0:
+        if self.optimizer_steps % self.hp.target_update_interval == 0:
             self.sync_target()
         return GradientStats(pre_f, post_f, clipped, lr, False, self.optimizer_steps)
+
+    # --- one compiled graph for the whole step
+    def update(self, batch: Batch) -> tuple[MicroBatchResult, GradientStats]:
+        """One optimizer step on a window of one micro-batch: ``backward_micro_batch`` then
+        ``optimizer_step``, or, with ``compile`` on CPU and plain Adam/AdamW, both in one
+        compiled graph (gradients by ``torch.func.grad``, the global norm, clipping, the Adam
+        update and the skip of a non-finite step traced together). That graph has none of the
+        per-step cost of the autograd engine, the compiled backward's wrappers, a second graph
+        call and the optimizer's kernels, which is most of what a DQN-sized step spends beside
+        its matrix products (BENCHMARKS.md section 1). Same maths to float round-off; tests
+        compare it with the eager step."""
+        if self._whole_step_usable():
+            try:
+                return self._run_whole_step(batch)
+            except _WholeStepUnavailable:
+                pass
+        result = self.backward_micro_batch(batch, 1.0, sync=True)
+        return result, self.optimizer_step()
+
+    def _whole_step_usable(self) -> bool:
+        if self._whole_step is None:
+            return False
+        if self._ddp is not None or self.scaler is not None or self.autocast_dtype is not None:
+            return False
+        if not _plain_fused_adam(self.optimizer) or self._adam_constants() != self._baked:
+            return False  # another optimizer, or constants changed since the graph was traced
+        return all(p.grad is None for p in self.params)  # nothing accumulated outside it
+
+    def _adam_constants(self) -> tuple[Any, ...]:
+        group = self.optimizer.param_groups[0]
+        return (*group["betas"], group["eps"], group["weight_decay"], type(self.optimizer))
+
+    def _build_whole_step(self):  # type: ignore[no-untyped-def]
+        """The compiled whole-step function, or None where it does not apply."""
+        if not (self.hp.compile and self.device.type == "cpu" and hasattr(torch, "func")):
+            return None
+        if not _plain_fused_adam(self.optimizer):
+            return None
+        group = self.optimizer.param_groups[0]
+        self._baked = self._adam_constants()  # traced into the graph as constants
+        beta1, beta2 = (float(b) for b in group["betas"])
+        eps, wd = float(group["eps"]), float(group["weight_decay"])
+        decoupled = bool(
+            group.get("decoupled_weight_decay", type(self.optimizer) is torch.optim.AdamW)
+        )
+        max_norm = self.hp.max_grad_norm
+        module = _Objective(self)
+        names = [f"net.{n}" for n, p in self.online_net.named_parameters() if p.requires_grad]
+
+        def whole_step(
+            params: list[torch.Tensor],
+            exp_avgs: list[torch.Tensor],
+            exp_avg_sqs: list[torch.Tensor],
+            steps: list[torch.Tensor],
+            scalars: torch.Tensor,
+            *batch: torch.Tensor | None,
+        ) -> tuple[torch.Tensor, ...]:
+            def objective(ps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, Any]:
+                out = torch.func.functional_call(module, dict(zip(names, ps, strict=True)), batch)
+                return out[0], out[1:]
+
+            grads, (loss, td, q_mean, q_abs_max) = torch.func.grad(objective, has_aux=True)(
+                tuple(params)
+            )
+            # Optimizer.step's maths: clip_grad_norm_'s norm and coefficient, then the fused
+            # Adam/AdamW kernel's update with its host scalars (``_whole_step_scalars``).
+            norm = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g) for g in grads])
+            )
+            finite = torch.isfinite(norm)
+            coef = None
+            if max_norm is not None:
+                coef = ((norm + 1e-6).reciprocal() * max_norm).clamp(max=1.0)
+            step_size, bc2_sqrt, decay = scalars[0], scalars[1], scalars[2]
+            for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, steps, strict=True):
+                if coef is not None:
+                    g = g * coef
+                if wd and not decoupled:
+                    g = g + wd * p
+                p_new = p - decay * p if wd and decoupled else p
+                m_new = m.lerp(g, 1.0 - beta1)
+                v_new = v * beta2 + (1.0 - beta2) * g * g
+                p_new = p_new - step_size * m_new / (v_new.sqrt() / bc2_sqrt + eps)
+                # A non-finite norm leaves every tensor as it was (the step is skipped).
+                p.copy_(torch.where(finite, p_new, p))
+                m.copy_(torch.where(finite, m_new, m))
+                v.copy_(torch.where(finite, v_new, v))
+                s.copy_(torch.where(finite, s + 1, s))
+            return norm, loss, td, q_mean, q_abs_max
+
+        # Static shapes: one window size per run.
+        return torch.compile(whole_step, dynamic=False)
+
+    def _run_whole_step(self, batch: Batch) -> tuple[MicroBatchResult, GradientStats]:
+        if not self.online_net.training:
+            self.online_net.train()
+        state = self.optimizer.state
+        group = self.optimizer.param_groups[0]
+        lr = float(group["lr"])
+        if any(not state.get(p) for p in self.params):
+            self._init_adam_state()
+        sts = [state[p] for p in self.params]
+        args = (
+            self.params,
+            [st["exp_avg"] for st in sts],
+            [st["exp_avg_sq"] for st in sts],
+            [st["step"] for st in sts],
+            self._whole_step_scalars(sts[0]["step"], lr),
+            batch.obs,
+            batch.actions,
+            batch.rewards,
+            batch.next_obs,
+            batch.dones,
+            batch.discounts,
+            batch.weights,
+        )
+        if self._whole_step_ok:
+            with torch.no_grad():
+                norm, loss, td, q_mean, q_abs_max = self._whole_step(*args)
+        else:
+            norm, loss, td, q_mean, q_abs_max = self._first_whole_step(args)
+        result = MicroBatchResult(loss, td, q_mean, q_abs_max)
+        pre_f = float(norm)  # the one host sync per step: decides skip vs step
+        if not math.isfinite(pre_f):
+            return result, self._skipped_step(pre_f, lr)
+        max_norm = self.hp.max_grad_norm
+        coef = 1.0 if max_norm is None else _clip_coefficient(pre_f, max_norm)
+        return result, self._finished_step(pre_f, pre_f * coef, coef < 1.0, lr)
+
+    def _whole_step_scalars(self, step: torch.Tensor, lr: float) -> torch.Tensor:
+        """The fused Adam kernel's per-step scalars, computed on the host in float64 as it does:
+        step size ``lr / (1 - beta1^t)``, ``sqrt(1 - beta2^t)``, and AdamW's ``lr * decay``. Every
+        parameter of the one group steps together, so the first one's count serves all."""
+        group = self.optimizer.param_groups[0]
+        beta1, beta2 = group["betas"]
+        t = float(step) + 1.0
+        return self._scalars.copy_(
+            torch.tensor(
+                [
+                    lr / (1.0 - beta1**t),
+                    math.sqrt(1.0 - beta2**t),
+                    lr * group["weight_decay"],
+                ],
+                dtype=torch.float32,
+            )
+        )
+
+    def _first_whole_step(self, args: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+        """Compile on the first call; where it fails, say so once and step as before. The tensors
+        it updates in place are restored, so a failure part-way leaves no trace."""
+        tensors = [t for group in args[:4] for t in group]
+        saved = [t.detach().clone() for t in tensors]
+        try:
+            with torch.no_grad():
+                outs = self._whole_step(*args)
+        except Exception as exc:  # any compiler failure falls back alike
+            with torch.no_grad():
+                for t, v in zip(tensors, saved, strict=True):
+                    t.copy_(v)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning(
+                "compile: the whole-step graph failed (%s); stepping with the compiled "
+                "objective and the optimizer instead",
+                first,
+            )
+            self._whole_step = None
+            raise _WholeStepUnavailable from exc
+        self._whole_step_ok = True
+        return outs
+
+    def _init_adam_state(self) -> None:
+        """Adam's lazy state, as its first ``step()`` would create it for fused kernels."""
+        for p in self.params:
+            st = self.optimizer.state[p]
+            if not st:
+                st["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
     def _fused_step(self) -> bool:
         if not self._fast_adam:

@@ -528,13 +528,20 @@ class DQNTrainer:
         # micro-batch at a time, so only one micro-batch of inputs and graph is alive at once.
         sizes = split_sizes(eff, hp.gradient_accumulation_steps)
         bounds = [0, *itertools.accumulate(sizes)]
-        results = []
-        for i, (a, b) in enumerate(itertools.pairwise(bounds)):
-            mb = self.replay.gather(slots[a:b], None if weights is None else weights[a:b])
-            mb = mb.to(self.device, non_blocking=True)
-            results.append(agent.backward_micro_batch(mb, (b - a) / eff, sync=i == len(sizes) - 1))
+        if len(sizes) == 1:  # a window of one: the agent may run the step as one graph
+            mb = self.replay.gather(slots, weights).to(self.device, non_blocking=True)
+            result, stats = agent.update(mb)
+            results = [result]
             del mb
-        stats = agent.optimizer_step()
+        else:
+            results = []
+            for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+                mb = self.replay.gather(slots[a:b], None if weights is None else weights[a:b])
+                mb = mb.to(self.device, non_blocking=True)
+                last = i == len(sizes) - 1
+                results.append(agent.backward_micro_batch(mb, (b - a) / eff, sync=last))
+                del mb
+            stats = agent.optimizer_step()
         if len(results) == 1:
             r = results[0]
             summary = torch.stack([r.loss, r.q_mean, r.q_abs_max])
