@@ -11,7 +11,10 @@ backward and ``optimizer.step``:
 * ``foxhunt_no_clip`` - the same with ``max_grad_norm=None`` (the norm is still computed: it feeds
   the health monitor and the metrics);
 * ``two_pass``      - backward, global norm, then a SECOND backward of ``loss * max_norm / norm``
-  into zeroed gradients (the old Rust trainer's scheme; the graph is retained, not rebuilt).
+  into zeroed gradients (the old Rust trainer's scheme; the graph is retained, not rebuilt);
+* ``foxhunt_compiled_clip`` / ``foxhunt_compiled_no_clip`` - ``DQNAgent.update`` with
+  ``compile=True``: the whole step as one graph, where clipping is a multiply fused into the
+  update (compiled in the warm-up).
 
 ``max_grad_norm`` is set far below the gradient norm so that clipping fires on every step (the
 JSON records the measured clip rate); otherwise a two-pass scheme would skip its second pass.
@@ -36,7 +39,7 @@ OBS_DIM, N_ACTIONS, GAMMA = 4, 2, 0.99
 MAX_NORM = 1e-3  # far below any real gradient norm here: every step clips
 
 
-def make_agent(max_grad_norm: float | None) -> Any:
+def make_agent(max_grad_norm: float | None, compile: bool = False) -> Any:
     import gymnasium as gym
 
     from foxhunt.config import DQNHyperparameters
@@ -51,6 +54,7 @@ def make_agent(max_grad_norm: float | None) -> Any:
         double_q=False,
         target_update_interval=10**9,
         device="cpu",
+        compile=compile,
         seed=0,
     )
     obs_space = gym.spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
@@ -81,8 +85,15 @@ def step_fns(batches: list[Any]) -> tuple[dict[str, Callable[[int], None]], dict
         "foxhunt_clip": make_agent(MAX_NORM),
         "foxhunt_no_clip": make_agent(None),
         "two_pass": make_agent(None),
+        "foxhunt_compiled_clip": make_agent(MAX_NORM, compile=True),
+        "foxhunt_compiled_no_clip": make_agent(None, compile=True),
     }
-    clip_stats = {"foxhunt_clip_steps": 0, "foxhunt_clipped": 0}
+    clip_stats = {
+        "foxhunt_clip_steps": 0,
+        "foxhunt_clipped": 0,
+        "foxhunt_compiled_clip_steps": 0,
+        "foxhunt_compiled_clipped": 0,
+    }
     nb = len(batches)
 
     def loss_of(agent: Any, b: Any) -> torch.Tensor:
@@ -116,6 +127,18 @@ def step_fns(batches: list[Any]) -> tuple[dict[str, Callable[[int], None]], dict
 
         return run
 
+    def foxhunt_compiled(name: str) -> Callable[[int], None]:
+        a = agents[name]
+
+        def run(n: int) -> None:
+            for i in range(n):
+                stats = a.update(batches[i % nb])[1]
+                if name == "foxhunt_compiled_clip":
+                    clip_stats["foxhunt_compiled_clip_steps"] += 1
+                    clip_stats["foxhunt_compiled_clipped"] += int(stats.clipped)
+
+        return run
+
     def two_pass(n: int) -> None:
         a = agents["two_pass"]
         for i in range(n):
@@ -134,8 +157,10 @@ def step_fns(batches: list[Any]) -> tuple[dict[str, Callable[[int], None]], dict
         "foxhunt_clip": foxhunt("foxhunt_clip"),
         "foxhunt_no_clip": foxhunt("foxhunt_no_clip"),
         "two_pass": two_pass,
+        "foxhunt_compiled_clip": foxhunt_compiled("foxhunt_compiled_clip"),
+        "foxhunt_compiled_no_clip": foxhunt_compiled("foxhunt_compiled_no_clip"),
     }
-    return fns, clip_stats
+    return fns, clip_stats, agents
 
 
 def ms_per_step(fn: Callable[[int], None], n: int) -> float:
@@ -145,7 +170,7 @@ def ms_per_step(fn: Callable[[int], None], n: int) -> float:
 
 
 def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
-    fns, clip_stats = step_fns(make_batches(batch, 16))
+    fns, clip_stats, agents = step_fns(make_batches(batch, 16))
     torch.set_num_threads(1)
     for fn in fns.values():
         fn(max(2, n_steps // 10))
@@ -155,6 +180,9 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
     med = {k: C.median(v) for k, v in per_rep.items()}
     base = med["no_clip"]
     clip_rate = clip_stats["foxhunt_clipped"] / max(1, clip_stats["foxhunt_clip_steps"])
+    compiled_rate = clip_stats["foxhunt_compiled_clipped"] / max(
+        1, clip_stats["foxhunt_compiled_clip_steps"]
+    )
     return {
         "batch_size": batch,
         "steps_per_rep": n_steps,
@@ -170,7 +198,16 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
         "ratio_foxhunt_clip_vs_foxhunt_no_clip_paired_median": C.median(
             C.per_rep_ratios(per_rep["foxhunt_clip"], per_rep["foxhunt_no_clip"])
         ),
+        "ratio_foxhunt_compiled_clip_vs_foxhunt_compiled_no_clip": med["foxhunt_compiled_clip"]
+        / med["foxhunt_compiled_no_clip"],
+        "ratio_foxhunt_compiled_clip_vs_foxhunt_compiled_no_clip_paired_median": C.median(
+            C.per_rep_ratios(per_rep["foxhunt_compiled_clip"], per_rep["foxhunt_compiled_no_clip"])
+        ),
         "foxhunt_clip_rate": clip_rate,
+        "foxhunt_compiled_clip_rate": compiled_rate,
+        "foxhunt_compiled_ran_whole_step_graph": all(
+            agents[k]._whole_step_ok for k in ("foxhunt_compiled_clip", "foxhunt_compiled_no_clip")
+        ),
     }
 
 
@@ -193,6 +230,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ratios[f"foxhunt_clip_vs_foxhunt_no_clip_b{b}"] = r["ratio_foxhunt_clip_vs_foxhunt_no_clip"]
         own_paired = r["ratio_foxhunt_clip_vs_foxhunt_no_clip_paired_median"]
         ratios[f"foxhunt_clip_vs_foxhunt_no_clip_b{b}_paired"] = own_paired
+        compiled = r["ratio_foxhunt_compiled_clip_vs_foxhunt_compiled_no_clip"]
+        compiled_paired = r["ratio_foxhunt_compiled_clip_vs_foxhunt_compiled_no_clip_paired_median"]
+        ratios[f"foxhunt_compiled_clip_vs_foxhunt_compiled_no_clip_b{b}"] = compiled
+        ratios[f"foxhunt_compiled_clip_vs_foxhunt_compiled_no_clip_b{b}_paired"] = compiled_paired
         rows.append(
             [
                 b,
@@ -207,6 +248,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 rv["two_pass"],
                 r["ratio_foxhunt_clip_vs_foxhunt_no_clip"],
                 own_paired,
+                m["foxhunt_compiled_no_clip"],
+                m["foxhunt_compiled_clip"],
+                compiled,
+                compiled_paired,
             ]
         )
     table = C.md_table(
@@ -222,6 +267,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "(paired reps)",
             "two-pass / no clip",
             "foxhunt clip / foxhunt no-clip",
+            "(paired reps)",
+            "compiled no-clip ms",
+            "compiled clip ms",
+            "compiled clip / compiled no-clip",
             "(paired reps)",
         ],
         rows,

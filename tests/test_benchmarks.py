@@ -113,12 +113,24 @@ def test_clipping_overhead_smoke(tmp_path: Path) -> None:
     out = _run("clipping_overhead", tmp_path)
     for r in out["results"]:
         med = r["ms_per_step_median"]
-        assert set(med) == {"no_clip", "torch_clip", "foxhunt_clip", "foxhunt_no_clip", "two_pass"}
+        assert set(med) == {
+            "no_clip",
+            "torch_clip",
+            "foxhunt_clip",
+            "foxhunt_no_clip",
+            "two_pass",
+            "foxhunt_compiled_clip",
+            "foxhunt_compiled_no_clip",
+        }
         _positive(med)
         assert r["ratio_vs_no_clip"]["no_clip"] == pytest.approx(1.0)
         assert r["ratio_vs_no_clip"]["two_pass"] == pytest.approx(med["two_pass"] / med["no_clip"])
         # max_grad_norm is far below any gradient norm: foxhunt must have clipped every step.
-        assert r["foxhunt_clip_rate"] == 1.0
+        assert r["foxhunt_clip_rate"] == r["foxhunt_compiled_clip_rate"] == 1.0
+        assert r["foxhunt_compiled_ran_whole_step_graph"] is True
+        assert r["ratio_foxhunt_compiled_clip_vs_foxhunt_compiled_no_clip"] == pytest.approx(
+            med["foxhunt_compiled_clip"] / med["foxhunt_compiled_no_clip"]
+        )
 
 
 def test_accumulation_memory_smoke(tmp_path: Path) -> None:

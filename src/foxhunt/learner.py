@@ -617,7 +617,10 @@ class DQNAgent:
                 m.copy_(torch.where(finite, m_new, m))
                 v.copy_(torch.where(finite, v_new, v))
                 s.copy_(torch.where(finite, s + 1, s))
-            return norm, loss, td, q_mean, q_abs_max
+            # coef and finite are returned only so that inductor computes them once into
+            # buffers: inlined, their scalar maths ran again in every vector iteration of the
+            # update kernel (46 us against 35 us per step at 67k parameters).
+            return norm, loss, td, q_mean, q_abs_max, coef, finite
 
         # Static shapes: one window size per run.
         return torch.compile(whole_step, dynamic=False)
@@ -647,9 +650,9 @@ class DQNAgent:
         )
         if self._whole_step_ok:
             with torch.no_grad():
-                norm, loss, td, q_mean, q_abs_max = self._whole_step(*args)
+                norm, loss, td, q_mean, q_abs_max, *_ = self._whole_step(*args)
         else:
-            norm, loss, td, q_mean, q_abs_max = self._first_whole_step(args)
+            norm, loss, td, q_mean, q_abs_max, *_ = self._first_whole_step(args)
         result = MicroBatchResult(loss, td, q_mean, q_abs_max)
         pre_f = float(norm)  # the one host sync per step: decides skip vs step
         if not math.isfinite(pre_f):
