@@ -80,7 +80,9 @@ def make_batches(batch: int, count: int) -> list[Any]:
     ]
 
 
-def step_fns(batches: list[Any]) -> tuple[dict[str, Callable[[int], None]], dict[str, Any]]:
+def step_fns(
+    batches: list[Any],
+) -> tuple[dict[str, Callable[[int], None]], dict[str, int], dict[str, Any], dict[str, bool]]:
     """One ``run(k)`` per variant: take optimizer steps on batches ``k, k+1, ...`` (cycled)."""
     agents = {
         "no_clip": make_agent(None),
@@ -93,15 +95,18 @@ def step_fns(batches: list[Any]) -> tuple[dict[str, Callable[[int], None]], dict
     # max_grad_norm before each repetition: two agents of one process differ by a few percent on
     # their own (an A/A control measured 1-3%), the size of the effect measured here.
     variant_hp: dict[str, Any] = {}
+    whole_step_usable: dict[str, bool] = {}
     whole_steps: dict[str, Any] = {}
     for kind in ("foxhunt", "foxhunt_compiled"):
         a = agents[kind]
         variant_hp[f"{kind}_clip"] = a.hp
         variant_hp[f"{kind}_no_clip"] = a.hp.model_copy(update={"max_grad_norm": None})
     comp = agents["foxhunt_compiled"]
-    whole_steps["foxhunt_compiled_clip"] = comp._whole_step  # max_grad_norm is traced in
+    # max_grad_norm is a constant of the traced graph: each variant has its graph (and the
+    # record of its constants, which the agent checks before every step).
+    whole_steps["foxhunt_compiled_clip"] = (comp._whole_step, comp._baked)
     comp.hp = variant_hp["foxhunt_compiled_no_clip"]
-    whole_steps["foxhunt_compiled_no_clip"] = comp._build_whole_step()
+    whole_steps["foxhunt_compiled_no_clip"] = (comp._build_whole_step(), comp._baked)
     comp.hp = variant_hp["foxhunt_compiled_clip"]
     clip_stats = {
         "foxhunt_clip_steps": 0,
@@ -147,7 +152,8 @@ def step_fns(batches: list[Any]) -> tuple[dict[str, Callable[[int], None]], dict
         a = agents["foxhunt_compiled"]
 
         def run(n: int) -> None:
-            a.hp, a._whole_step = variant_hp[name], whole_steps[name]
+            a.hp, (a._whole_step, a._baked) = variant_hp[name], whole_steps[name]
+            whole_step_usable[name] = a._whole_step_usable()
             for i in range(n):
                 stats = a.update(batches[i % nb])[1]
                 if name == "foxhunt_compiled_clip":
@@ -177,7 +183,7 @@ def step_fns(batches: list[Any]) -> tuple[dict[str, Callable[[int], None]], dict
         "foxhunt_compiled_clip": foxhunt_compiled("foxhunt_compiled_clip"),
         "foxhunt_compiled_no_clip": foxhunt_compiled("foxhunt_compiled_no_clip"),
     }
-    return fns, clip_stats, agents
+    return fns, clip_stats, agents, whole_step_usable
 
 
 def ms_per_step(fn: Callable[[int], None], n: int) -> float:
@@ -187,7 +193,7 @@ def ms_per_step(fn: Callable[[int], None], n: int) -> float:
 
 
 def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
-    fns, clip_stats, agents = step_fns(make_batches(batch, 16))
+    fns, clip_stats, agents, whole_step_usable = step_fns(make_batches(batch, 16))
     torch.set_num_threads(1)
     for fn in fns.values():
         fn(max(2, n_steps // 10))
@@ -222,7 +228,8 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
         ),
         "foxhunt_clip_rate": clip_rate,
         "foxhunt_compiled_clip_rate": compiled_rate,
-        "foxhunt_compiled_ran_whole_step_graph": bool(agents["foxhunt_compiled"]._whole_step_ok),
+        "foxhunt_compiled_ran_whole_step_graph": bool(agents["foxhunt_compiled"]._whole_step_ok)
+        and all(whole_step_usable.values()),
     }
 
 

@@ -804,3 +804,49 @@ def test_whole_step_steps_aside_when_adam_constants_change(
         eager.optimizer_step()
         assert whole._whole_step_usable() == (seed < 2)
         torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
+
+
+def test_whole_step_graphs_of_many_configurations_stay_compiled(
+    hp_factory, agent_factory, batch_factory, caplog
+) -> None:
+    """Agents of different configurations in one process (a hyperparameter search) each keep
+    their compiled graphs (the whole step and the objective): Dynamo's recompilation limit counts
+    per code object, and past it a shared one would run uncompiled (the whole step 3x slower
+    than compile=False). The limit is lowered to 2 here so that three configurations cross it."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for k in range(3):
+            agent = agent_factory(
+                hp_factory(compile=True, hidden_sizes=(8, 8), max_grad_norm=1.0 + k)
+            )
+            for seed in range(2):
+                agent.update(batch_factory(32, seed=seed))
+                agent.backward_only(batch_factory(32, seed=seed))  # the compiled objective's
+                agent.optimizer_step()
+            assert agent._whole_step_ok and agent._compile_ok
+    assert counters["stats"]["unique_graphs"] - before == 6  # a whole step and an objective each
+    assert "recompile_limit" not in caplog.text
+
+
+def test_whole_step_steps_aside_when_max_grad_norm_changes(
+    hp_factory, agent_factory, batch_factory
+) -> None:
+    """The clip threshold is traced into the graph too: an agent given other hyperparameters
+    with another ``max_grad_norm`` steps the other way, clipping at the new threshold."""
+    hp = hp_factory(learning_rate=1e-3, adam_eps=1e-6, max_grad_norm=10.0)
+    whole = agent_factory(hp.model_copy(update={"compile": True}))
+    eager = agent_factory(hp)
+    for seed in range(3):
+        if seed == 1:
+            whole.hp = whole.hp.model_copy(update={"max_grad_norm": 1e-3})
+            eager.hp = eager.hp.model_copy(update={"max_grad_norm": 1e-3})
+        batch = batch_factory(32, seed=seed)
+        _, sw = whole.update(batch)
+        eager.backward_micro_batch(batch, 1.0)
+        se = eager.optimizer_step()
+        assert sw.clipped == se.clipped == (seed >= 1)
+        assert sw.post_clip_norm == pytest.approx(se.post_clip_norm, rel=1e-5)
+        torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)

@@ -15,6 +15,7 @@ import copy
 import inspect
 import logging
 import math
+import types
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -200,6 +201,21 @@ def _fused_adam_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter
 def _fused_kernel_available() -> bool:
     """Whether this torch has the fused Adam/AdamW kernels ``_fused_adam_step`` calls."""
     return hasattr(torch, "_fused_adam_") and hasattr(torch, "_fused_adamw_")
+
+
+def _own_code(fn: Any) -> Any:
+    """``fn`` with a code object of its own, for ``torch.compile``.
+
+    Dynamo keeps its compiled graphs, and its limit of 8 recompilations, per code object, guarded
+    on the values a graph holds as constants (hyperparameters, shapes). Agents of different
+    configurations in one process (a hyperparameter search) would share one code object, and
+    from the ninth configuration on it would run uncompiled: the whole-step graph then ran 3x
+    slower than ``compile=False``. A code object per agent keeps each agent's graphs apart and
+    frees them with the agent.
+    """
+    return types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
 
 
 class _WholeStepUnavailable(Exception):
@@ -401,7 +417,8 @@ class DQNAgent:
         if not self.hp.compile:
             return self._micro_objective
         # Static shapes: an accumulation window has at most two micro-batch sizes.
-        return torch.compile(self._micro_objective, dynamic=False)
+        objective = types.MethodType(_own_code(DQNAgent._micro_objective), self)
+        return torch.compile(objective, dynamic=False)
 
     def _objective_backward(self, batch: Batch, scale: float) -> tuple[torch.Tensor, ...]:
         objective, *outs = self._objective(
@@ -553,13 +570,20 @@ class DQNAgent:
             return False
         if self._ddp is not None or self.scaler is not None or self.autocast_dtype is not None:
             return False
-        if not _plain_fused_adam(self.optimizer) or self._adam_constants() != self._baked:
+        if not _plain_fused_adam(self.optimizer) or self._traced_constants() != self._baked:
             return False  # another optimizer, or constants changed since the graph was traced
         return all(p.grad is None for p in self.params)  # nothing accumulated outside it
 
-    def _adam_constants(self) -> tuple[Any, ...]:
+    def _traced_constants(self) -> tuple[Any, ...]:
+        """What the whole-step graph holds as constants: the optimizer's and the clip's."""
         group = self.optimizer.param_groups[0]
-        return (*group["betas"], group["eps"], group["weight_decay"], type(self.optimizer))
+        return (
+            *group["betas"],
+            group["eps"],
+            group["weight_decay"],
+            type(self.optimizer),
+            self.hp.max_grad_norm,
+        )
 
     def _build_whole_step(self):  # type: ignore[no-untyped-def]
         """The compiled whole-step function, or None where it does not apply."""
@@ -568,7 +592,7 @@ class DQNAgent:
         if not _plain_fused_adam(self.optimizer):
             return None
         group = self.optimizer.param_groups[0]
-        self._baked = self._adam_constants()  # traced into the graph as constants
+        self._baked = self._traced_constants()
         beta1, beta2 = (float(b) for b in group["betas"])
         eps, wd = float(group["eps"]), float(group["weight_decay"])
         decoupled = bool(
@@ -623,7 +647,7 @@ class DQNAgent:
             return norm, loss, td, q_mean, q_abs_max, coef, finite
 
         # Static shapes: one window size per run.
-        return torch.compile(whole_step, dynamic=False)
+        return torch.compile(_own_code(whole_step), dynamic=False)
 
     def _run_whole_step(self, batch: Batch) -> tuple[MicroBatchResult, GradientStats]:
         if not self.online_net.training:
