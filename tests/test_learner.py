@@ -850,3 +850,28 @@ def test_whole_step_steps_aside_when_max_grad_norm_changes(
         assert sw.clipped == se.clipped == (seed >= 1)
         assert sw.post_clip_norm == pytest.approx(se.post_clip_norm, rel=1e-5)
         torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
+
+
+def test_whole_step_compiles_a_few_batch_sizes_then_steps_aside(
+    hp_factory, agent_factory, batch_factory, monkeypatch
+) -> None:
+    """Each batch size is a graph of its own. A caller of ``update`` who varies it gets graphs for
+    the first few sizes (2 here, to keep the test short); further sizes step the other way (past
+    Dynamo's recompile limit a graph would run uncompiled, slower than eager), same results."""
+    import foxhunt.learner
+
+    limit = 2
+    monkeypatch.setattr(foxhunt.learner, "_WHOLE_STEP_SIZES", limit)
+    hp = hp_factory(learning_rate=1e-3, adam_eps=1e-6, hidden_sizes=(8, 8))
+    whole = agent_factory(hp.model_copy(update={"compile": True}))
+    eager = agent_factory(hp)
+    sizes = [8 + k for k in range(limit + 2)]
+    for n in [*sizes, sizes[0]]:
+        usable = whole._whole_step_usable(n)
+        assert usable == (n in sizes[:limit])
+        batch = batch_factory(n, seed=n)
+        whole.update(batch)
+        eager.backward_micro_batch(batch, 1.0)
+        eager.optimizer_step()
+        torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
+    assert whole._whole_step_sizes == set(sizes[:limit])

@@ -203,6 +203,12 @@ def _fused_kernel_available() -> bool:
     return hasattr(torch, "_fused_adam_") and hasattr(torch, "_fused_adamw_")
 
 
+# Batch sizes one agent runs as whole-step graphs (a run has one). Each is compiled apart, and
+# past Dynamo's limit of 8 per function the graph would run uncompiled, slower than eager: a
+# caller that varies the size more than this steps the other way for the new sizes.
+_WHOLE_STEP_SIZES = 4
+
+
 def _own_code(fn: Any) -> Any:
     """``fn`` with a code object of its own, for ``torch.compile``.
 
@@ -313,6 +319,7 @@ class DQNAgent:
         self._scalars = torch.zeros(3, dtype=torch.float32, device=self.device)
         self._whole_step_ok = False
         self._baked: tuple[Any, ...] = ()
+        self._whole_step_sizes: set[int] = set()
         self._whole_step = self._build_whole_step()
 
     # --- data parallel
@@ -557,7 +564,7 @@ class DQNAgent:
         call and the optimizer's kernels, which is most of what a DQN-sized step spends beside
         its matrix products (BENCHMARKS.md section 1). Same maths to float round-off; tests
         compare it with the eager step."""
-        if self._whole_step_usable():
+        if self._whole_step_usable(len(batch)):
             try:
                 return self._run_whole_step(batch)
             except _WholeStepUnavailable:
@@ -565,9 +572,12 @@ class DQNAgent:
         result = self.backward_micro_batch(batch, 1.0, sync=True)
         return result, self.optimizer_step()
 
-    def _whole_step_usable(self) -> bool:
+    def _whole_step_usable(self, batch_size: int | None = None) -> bool:
         if self._whole_step is None:
             return False
+        sizes = self._whole_step_sizes
+        if batch_size is not None and batch_size not in sizes and len(sizes) >= _WHOLE_STEP_SIZES:
+            return False  # each batch size is a graph of its own: a few, not one per call
         if self._ddp is not None or self.scaler is not None or self.autocast_dtype is not None:
             return False
         if not _plain_fused_adam(self.optimizer) or self._traced_constants() != self._baked:
@@ -677,6 +687,7 @@ class DQNAgent:
                 norm, loss, td, q_mean, q_abs_max, *_ = self._whole_step(*args)
         else:
             norm, loss, td, q_mean, q_abs_max, *_ = self._first_whole_step(args)
+        self._whole_step_sizes.add(len(batch))
         result = MicroBatchResult(loss, td, q_mean, q_abs_max)
         pre_f = float(norm)  # the one host sync per step: decides skip vs step
         if not math.isfinite(pre_f):
