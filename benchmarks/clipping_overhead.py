@@ -82,7 +82,7 @@ def make_batches(batch: int, count: int) -> list[Any]:
 
 def step_fns(
     batches: list[Any],
-) -> tuple[dict[str, Callable[[int], None]], dict[str, int], dict[str, Any], dict[str, bool]]:
+) -> tuple[dict[str, Callable[[int], None]], dict[str, int], dict[str, bool]]:
     """One ``run(k)`` per variant: take optimizer steps on batches ``k, k+1, ...`` (cycled)."""
     agents = {
         "no_clip": make_agent(None),
@@ -95,7 +95,7 @@ def step_fns(
     # max_grad_norm before each repetition: two agents of one process differ by a few percent on
     # their own (an A/A control measured 1-3%), the size of the effect measured here.
     variant_hp: dict[str, Any] = {}
-    whole_step_usable: dict[str, bool] = {}
+    all_graph: dict[str, bool] = {}
     whole_steps: dict[str, Any] = {}
     for kind in ("foxhunt", "foxhunt_compiled"):
         a = agents[kind]
@@ -153,12 +153,14 @@ def step_fns(
 
         def run(n: int) -> None:
             a.hp, (a._whole_step, a._baked) = variant_hp[name], whole_steps[name]
-            whole_step_usable[name] = a._whole_step_usable()
+            graph_steps = a.graph_steps
             for i in range(n):
                 stats = a.update(batches[i % nb])[1]
                 if name == "foxhunt_compiled_clip":
                     clip_stats["foxhunt_compiled_clip_steps"] += 1
                     clip_stats["foxhunt_compiled_clipped"] += int(stats.clipped)
+            # Every step of every repetition ran as the one-graph step.
+            all_graph[name] = all_graph.get(name, True) and a.graph_steps - graph_steps == n
 
         return run
 
@@ -183,7 +185,7 @@ def step_fns(
         "foxhunt_compiled_clip": foxhunt_compiled("foxhunt_compiled_clip"),
         "foxhunt_compiled_no_clip": foxhunt_compiled("foxhunt_compiled_no_clip"),
     }
-    return fns, clip_stats, agents, whole_step_usable
+    return fns, clip_stats, all_graph
 
 
 def ms_per_step(fn: Callable[[int], None], n: int) -> float:
@@ -193,7 +195,7 @@ def ms_per_step(fn: Callable[[int], None], n: int) -> float:
 
 
 def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
-    fns, clip_stats, agents, whole_step_usable = step_fns(make_batches(batch, 16))
+    fns, clip_stats, all_graph = step_fns(make_batches(batch, 16))
     torch.set_num_threads(1)
     for fn in fns.values():
         fn(max(2, n_steps // 10))
@@ -228,8 +230,7 @@ def run_batch_size(batch: int, n_steps: int, reps: int) -> dict[str, Any]:
         ),
         "foxhunt_clip_rate": clip_rate,
         "foxhunt_compiled_clip_rate": compiled_rate,
-        "foxhunt_compiled_ran_whole_step_graph": bool(agents["foxhunt_compiled"]._whole_step_ok)
-        and all(whole_step_usable.values()),
+        "foxhunt_compiled_ran_whole_step_graph": len(all_graph) == 2 and all(all_graph.values()),
     }
 
 

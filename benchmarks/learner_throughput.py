@@ -290,7 +290,9 @@ def run_batch_size(batch: int, n_fill: int, n_updates: int, reps: int) -> dict[s
         "reps": reps,
         "updates_per_s_median": med,
         "updates_per_s_reps": per_rep,
-        "foxhunt_compiled_ran_whole_step_graph": bool(fox_compiled.agent._whole_step_ok),
+        "foxhunt_compiled_ran_whole_step_graph": fox_compiled.agent.graph_steps
+        == fox_compiled.agent.optimizer_steps
+        > 0,
         "ratio_foxhunt_vs_sb3": med["foxhunt"] / med["sb3"],
         "ratio_foxhunt_vs_sb3_paired_median": C.median(fox_ratio),
         "ratio_foxhunt_compiled_vs_sb3": med["foxhunt_compiled"] / med["sb3"],
@@ -415,8 +417,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     notes = (
         "Median updates/s over interleaved repetitions (A, B, C, D rotating). foxhunt = "
         "DQNTrainer.train_step with double_q=False (SB3's maths); foxhunt_double_q = the default "
-        "double DQN; foxhunt_compiled = foxhunt with compile: true (forward, target and loss in "
-        "one torch.compile graph, its backward compiled too); sb3 = DQN.train(gradient_steps=N); "
+        "double DQN; foxhunt_compiled = foxhunt with compile: true (the whole step, gradients, "
+        "clipping and Adam update, as one torch.compile graph); sb3 = DQN.train(gradient_steps=N); "
         "torch_minimal = bare torch loop (floor of eager torch); foxhunt_bf16 = foxhunt with "
         "mixed_precision bf16 (autocast: not the same arithmetic as SB3's fp32, reported beside "
         "it); gemm_floor = only the update's fp32 matrix products, each in the fastest layout "

@@ -238,13 +238,13 @@ def test_compiled_whole_step_equals_eager_accumulation(
     n_reg = _n_regimes(hp)
     whole = agent_factory(hp.model_copy(update={"compile": True}), OBS_DIM, N_ACT, n_reg)
     acc = agent_factory(hp, OBS_DIM, N_ACT, n_reg)
-    for _ in range(3):
+    for step in range(3):
         batch = buf.sample(EFF, beta=0.5)
         _, sw = whole.update(batch)
         for mb in batch.split(SPLITS["4x64"]):
             acc.backward_only(mb, len(mb) / EFF)
         sa = acc.optimizer_step()
-        assert whole._whole_step_ok
+        assert whole.graph_steps == step + 1  # every step ran as one graph
         assert sw.pre_clip_norm == pytest.approx(sa.pre_clip_norm, rel=1e-5)
         assert (sw.clipped, sw.lr, sw.optimizer_steps) == (sa.clipped, sa.lr, sa.optimizer_steps)
         _assert_lists_close(
@@ -399,7 +399,8 @@ def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides)
                     t_acc.replay.tree.tree, t_big.replay.tree.tree, rtol=1e-4, atol=1e-7
                 )
         if t_big.hp.compile:  # the big window went through the one-graph step
-            assert t_big.agent._whole_step_ok and not t_acc.agent._whole_step_ok
+            assert t_big.agent.graph_steps == 2 and t_acc.agent.graph_steps == 0
+            assert t_acc.agent.learner_path == "compiled_objective"
         assert t_acc.agent.optimizer_steps == t_big.agent.optimizer_steps == 2
         assert t_acc.agent.scheduler.last_epoch == 2
     finally:

@@ -679,7 +679,7 @@ def test_compiled_whole_step_equals_the_eager_step(
 ) -> None:
     """With ``compile``, ``update`` runs gradients, global norm, clipping and the Adam/AdamW update
     as one graph. Step after step it lands where ``backward`` + ``optimizer_step`` land, with the
-    same statistics, PER weights and n-step discounts in the batch, and it never fills ``.grad``."""
+    same statistics, PER weights and n-step discounts in the batch."""
     overrides = WHOLE_STEP_VARIANTS[variant]
     # adam_eps 1e-6: Adam divides by |g| + eps, so round-off in a near-zero gradient would
     # otherwise show as a visible parameter difference and force a loose tolerance.
@@ -697,8 +697,8 @@ def test_compiled_whole_step_equals_the_eager_step(
         rw, sw = whole.update(batch)
         re_ = eager.backward_micro_batch(batch, 1.0)
         se = eager.optimizer_step()
-        assert whole._whole_step_ok, "the step did not run as one graph"
-        assert all(p.grad is None for p in whole.params)
+        assert whole.graph_steps == seed + 1, "the step did not run as one graph"
+        assert whole.learner_path == "whole_step_graph" and eager.learner_path == "eager"
         assert sw.pre_clip_norm == pytest.approx(se.pre_clip_norm, rel=1e-5)
         assert sw.post_clip_norm == pytest.approx(se.post_clip_norm, rel=1e-5)
         assert (sw.clipped, sw.skipped, sw.lr, sw.optimizer_steps) == (
@@ -807,12 +807,13 @@ def test_whole_step_steps_aside_when_adam_constants_change(
 
 
 def test_whole_step_graphs_of_many_configurations_stay_compiled(
-    hp_factory, agent_factory, batch_factory, caplog
+    hp_factory, agent_factory, batch_factory
 ) -> None:
     """Agents of different configurations in one process (a hyperparameter search) each keep
     their compiled graphs (the whole step and the objective): Dynamo's recompilation limit counts
     per code object, and past it a shared one would run uncompiled (the whole step 3x slower
-    than compile=False). The limit is lowered to 2 here so that three configurations cross it."""
+    than compile=False). The limit is lowered to 2 here so that three configurations cross it;
+    a shared code object would give 2 + 2 graphs instead of 6."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -826,9 +827,8 @@ def test_whole_step_graphs_of_many_configurations_stay_compiled(
                 agent.update(batch_factory(32, seed=seed))
                 agent.backward_only(batch_factory(32, seed=seed))  # the compiled objective's
                 agent.optimizer_step()
-            assert agent._whole_step_ok and agent._compile_ok
+            assert agent.graph_steps == 2
     assert counters["stats"]["unique_graphs"] - before == 6  # a whole step and an objective each
-    assert "recompile_limit" not in caplog.text
 
 
 def test_whole_step_steps_aside_when_max_grad_norm_changes(
@@ -852,26 +852,34 @@ def test_whole_step_steps_aside_when_max_grad_norm_changes(
         torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
 
 
-def test_whole_step_compiles_a_few_batch_sizes_then_steps_aside(
+def test_whole_step_compiles_a_few_batch_layouts_then_steps_aside(
     hp_factory, agent_factory, batch_factory, monkeypatch
 ) -> None:
-    """Each batch size is a graph of its own. A caller of ``update`` who varies it gets graphs for
-    the first few sizes (2 here, to keep the test short); further sizes step the other way (past
-    Dynamo's recompile limit a graph would run uncompiled, slower than eager), same results."""
+    """Each batch layout (size, PER weights or none, discounts or none) is a graph of its own. A
+    caller of ``update`` who varies it gets graphs for the first few layouts (2 here, to keep the
+    test short); further layouts step the other way (past Dynamo's recompile limit a graph would
+    run uncompiled, slower than eager), with the same results."""
     import foxhunt.learner
 
     limit = 2
-    monkeypatch.setattr(foxhunt.learner, "_WHOLE_STEP_SIZES", limit)
+    monkeypatch.setattr(foxhunt.learner, "_WHOLE_STEP_GRAPHS", limit)
     hp = hp_factory(learning_rate=1e-3, adam_eps=1e-6, hidden_sizes=(8, 8))
     whole = agent_factory(hp.model_copy(update={"compile": True}))
     eager = agent_factory(hp)
-    sizes = [8 + k for k in range(limit + 2)]
-    for n in [*sizes, sizes[0]]:
-        usable = whole._whole_step_usable(n)
-        assert usable == (n in sizes[:limit])
+    # (size, with PER weights): the second layout differs from the first by its weights only.
+    layouts = [(8, False), (8, True), (9, False), (8, False), (10, True)]
+    graphs: list[tuple[int, bool]] = []
+    for n, weighted in layouts:
         batch = batch_factory(n, seed=n)
+        if weighted:
+            batch = replace(batch, weights=torch.linspace(0.5, 1.0, n))
+        expect = (n, weighted) in graphs or len(graphs) < limit
+        before = whole.graph_steps
         whole.update(batch)
         eager.backward_micro_batch(batch, 1.0)
         eager.optimizer_step()
+        assert (whole.graph_steps == before + 1) == expect, (n, weighted)
+        if expect and (n, weighted) not in graphs:
+            graphs.append((n, weighted))
         torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
-    assert whole._whole_step_sizes == set(sizes[:limit])
+    assert graphs == [(8, False), (8, True)] and whole.graph_steps == 3

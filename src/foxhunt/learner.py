@@ -203,10 +203,11 @@ def _fused_kernel_available() -> bool:
     return hasattr(torch, "_fused_adam_") and hasattr(torch, "_fused_adamw_")
 
 
-# Batch sizes one agent runs as whole-step graphs (a run has one). Each is compiled apart, and
-# past Dynamo's limit of 8 per function the graph would run uncompiled, slower than eager: a
-# caller that varies the size more than this steps the other way for the new sizes.
-_WHOLE_STEP_SIZES = 4
+# Batch layouts (size, PER weights or none, discounts or none, hyperparameters) one agent runs
+# as whole-step graphs; a training run has one. Each is a graph of its own, and past Dynamo's
+# limit of 8 per function the step would run uncompiled, slower than eager: a caller who varies
+# the layout more than this steps the other way for the new layouts.
+_WHOLE_STEP_GRAPHS = 4
 
 
 def _own_code(fn: Any) -> Any:
@@ -319,7 +320,11 @@ class DQNAgent:
         self._scalars = torch.zeros(3, dtype=torch.float32, device=self.device)
         self._whole_step_ok = False
         self._baked: tuple[Any, ...] = ()
-        self._whole_step_sizes: set[int] = set()
+        self._whole_step_keys: set[tuple[Any, ...]] = set()
+        self.graph_steps = 0
+        """Optimizer steps (skipped ones included) this process ran as one compiled graph."""
+        self.learner_path: str | None = None
+        """How the last update ran: ``whole_step_graph``, ``compiled_objective`` or ``eager``."""
         self._whole_step = self._build_whole_step()
 
     # --- data parallel
@@ -421,10 +426,11 @@ class DQNAgent:
         forward + target + loss (its backward compiled by AOTAutograd): fewer kernel launches,
         which is what bounds DQN-sized networks. Replaced when DDP wraps the network."""
         self._compile_ok = False
+        self._objective_compiled = bool(self.hp.compile)
         if not self.hp.compile:
             return self._micro_objective
         # Static shapes: an accumulation window has at most two micro-batch sizes.
-        objective = types.MethodType(_own_code(DQNAgent._micro_objective), self)
+        objective = types.MethodType(_own_code(type(self)._micro_objective), self)
         return torch.compile(objective, dynamic=False)
 
     def _objective_backward(self, batch: Batch, scale: float) -> tuple[torch.Tensor, ...]:
@@ -457,6 +463,7 @@ class DQNAgent:
             for p, g in zip(self.params, saved, strict=True):
                 p.grad = g
             self._objective = self._micro_objective
+            self._objective_compiled = False
             return self._objective_backward(batch, scale)
         self._compile_ok = True
         return outs
@@ -478,6 +485,7 @@ class DQNAgent:
                 loss, td, q_mean, q_abs_max = self._objective_backward(batch, scale)
             else:
                 loss, td, q_mean, q_abs_max = self._first_compiled_backward(batch, scale)
+        self.learner_path = "compiled_objective" if self._objective_compiled else "eager"
         return MicroBatchResult(loss, td, q_mean, q_abs_max)
 
     def backward_only(self, batch: Batch, scale: float = 1.0, *, sync: bool = True) -> float:
@@ -564,7 +572,7 @@ class DQNAgent:
         call and the optimizer's kernels, which is most of what a DQN-sized step spends beside
         its matrix products (BENCHMARKS.md section 1). Same maths to float round-off; tests
         compare it with the eager step."""
-        if self._whole_step_usable(len(batch)):
+        if self._whole_step_usable(self._whole_step_key(batch)):
             try:
                 return self._run_whole_step(batch)
             except _WholeStepUnavailable:
@@ -572,12 +580,17 @@ class DQNAgent:
         result = self.backward_micro_batch(batch, 1.0, sync=True)
         return result, self.optimizer_step()
 
-    def _whole_step_usable(self, batch_size: int | None = None) -> bool:
+    def _whole_step_key(self, batch: Batch) -> tuple[Any, ...]:
+        """What makes Dynamo trace the whole step again: the batch's layout and the
+        hyperparameters the objective reads."""
+        return (len(batch), batch.weights is None, batch.discounts is None, id(self.hp))
+
+    def _whole_step_usable(self, key: tuple[Any, ...] | None = None) -> bool:
         if self._whole_step is None:
             return False
-        sizes = self._whole_step_sizes
-        if batch_size is not None and batch_size not in sizes and len(sizes) >= _WHOLE_STEP_SIZES:
-            return False  # each batch size is a graph of its own: a few, not one per call
+        keys = self._whole_step_keys
+        if key is not None and key not in keys and len(keys) >= _WHOLE_STEP_GRAPHS:
+            return False  # each layout is a graph of its own: a few, not one per call
         if self._ddp is not None or self.scaler is not None or self.autocast_dtype is not None:
             return False
         if not _plain_fused_adam(self.optimizer) or self._traced_constants() != self._baked:
@@ -687,7 +700,9 @@ class DQNAgent:
                 norm, loss, td, q_mean, q_abs_max, *_ = self._whole_step(*args)
         else:
             norm, loss, td, q_mean, q_abs_max, *_ = self._first_whole_step(args)
-        self._whole_step_sizes.add(len(batch))
+        self._whole_step_keys.add(self._whole_step_key(batch))
+        self.graph_steps += 1
+        self.learner_path = "whole_step_graph"
         result = MicroBatchResult(loss, td, q_mean, q_abs_max)
         pre_f = float(norm)  # the one host sync per step: decides skip vs step
         if not math.isfinite(pre_f):

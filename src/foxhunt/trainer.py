@@ -698,6 +698,8 @@ class DQNTrainer:
             "eval_time_s": self._eval_seconds,
             "env_steps_per_s": (self.env_steps - steps_start) / max(elapsed, 1e-9),
             "updates_per_s": (self.agent.optimizer_steps - updates_start) / max(elapsed, 1e-9),
+            # How the learner ran (with compile: true, whether the whole step was one graph).
+            "learner_path": self.agent.learner_path,
         }
         if self.dist.enabled:
             # Every count above is this process's; the job collected world_size times the env
