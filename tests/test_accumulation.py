@@ -201,7 +201,7 @@ def test_accumulation_equals_big_batch(
 def test_compiled_accumulation_equals_eager_big_batch(
     variant: str, hp_factory, agent_factory
 ) -> None:
-    """``compile: true`` (one torch.compile graph per micro-batch shape, compiled backward)
+    """``compile: true`` (a compiled gradient graph per micro-batch shape, added up in ``.grad``)
     accumulating 100/60/60/36 lands where the eager 1x256 step lands."""
     hp = _hp(hp_factory, **VARIANTS[variant])
     buf = _filled_replay(hp)
@@ -212,6 +212,7 @@ def test_compiled_accumulation_equals_eager_big_batch(
         batch = buf.sample(EFF, beta=0.5)
         for mb in batch.split(SPLITS["100-60-60-36"]):
             compiled.backward_only(mb, len(mb) / EFF)
+            assert compiled.learner_path == "compiled_gradients"  # a graph per micro-batch
         eager.backward_only(batch, 1.0)
         _assert_lists_close(_grads(compiled), _grads(eager), rtol=1e-4, atol=1e-6)
         sc, se = compiled.optimizer_step(), eager.optimizer_step()
@@ -364,7 +365,7 @@ def _trainer(hp_factory, batch_size: int, accum: int, **overrides: Any) -> DQNTr
             "compile": True,
         },
     ],
-    # compiled: 4 x 64 through the compiled objective, 1 x 256 as one whole-step graph.
+    # compiled: 4 x 64 as a gradient graph per micro-batch, 1 x 256 as one whole-step graph.
     ids=["sgd_uniform", "adam_per_nstep", "adam_per_nstep_compiled"],
 )
 def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides) -> None:
@@ -400,7 +401,7 @@ def test_trainer_train_step_accumulation_equals_big_batch(hp_factory, overrides)
                 )
         if t_big.hp.compile:  # the big window went through the one-graph step
             assert t_big.agent.graph_steps == 2 and t_acc.agent.graph_steps == 0
-            assert t_acc.agent.learner_path == "compiled_objective"
+            assert t_acc.agent.learner_path == "compiled_gradients"
         assert t_acc.agent.optimizer_steps == t_big.agent.optimizer_steps == 2
         assert t_acc.agent.scheduler.last_epoch == 2
     finally:

@@ -810,7 +810,7 @@ def test_whole_step_graphs_of_many_configurations_stay_compiled(
     hp_factory, agent_factory, batch_factory
 ) -> None:
     """Agents of different configurations in one process (a hyperparameter search) each keep
-    their compiled graphs (the whole step and the objective): Dynamo's recompilation limit counts
+    their compiled graphs (the whole step and the gradient graph): Dynamo's recompile limit counts
     per code object, and past it a shared one would run uncompiled (the whole step 3x slower
     than compile=False). The limit is lowered to 2 here so that three configurations cross it;
     a shared code object would give 2 + 2 graphs instead of 6."""
@@ -825,10 +825,12 @@ def test_whole_step_graphs_of_many_configurations_stay_compiled(
             )
             for seed in range(2):
                 agent.update(batch_factory(32, seed=seed))
-                agent.backward_only(batch_factory(32, seed=seed))  # the compiled objective's
+                agent.backward_only(batch_factory(32, seed=seed))  # the gradient graph's
                 agent.optimizer_step()
             assert agent.graph_steps == 2
-    assert counters["stats"]["unique_graphs"] - before == 6  # a whole step and an objective each
+    assert (
+        counters["stats"]["unique_graphs"] - before == 6
+    )  # a whole step and a gradient graph each
 
 
 def test_whole_step_steps_aside_when_max_grad_norm_changes(
@@ -883,3 +885,32 @@ def test_whole_step_compiles_a_few_batch_layouts_then_steps_aside(
             graphs.append((n, weighted))
         torch.testing.assert_close(_flat(whole.params), _flat(eager.params), rtol=1e-5, atol=1e-7)
     assert graphs == [(8, False), (8, True)] and whole.graph_steps == 3
+
+
+def test_gradient_graph_failure_falls_back_to_the_compiled_objective(
+    hp_factory, agent_factory, batch_factory, monkeypatch, caplog
+) -> None:
+    """A micro-batch gradient graph that fails on its first call is said once; accumulation goes
+    on through the objective path, gradients intact, the window already under way included."""
+
+    def compile_(fn, **kwargs):  # type: ignore[no-untyped-def]
+        if fn.__name__ != "micro_batch_gradients":
+            return fn  # the objective runs eagerly: this test is about the gradient graph
+
+        def broken(*args):  # type: ignore[no-untyped-def]
+            raise RuntimeError("inductor: gradient graph lowering failed\nmore detail")
+
+        return broken
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    hp = hp_factory(learning_rate=1e-3)
+    agent = agent_factory(hp.model_copy(update={"compile": True}))
+    eager = agent_factory(hp)
+    for seed in range(3):
+        batch = batch_factory(32, seed=seed)
+        agent.backward_only(batch, 0.5)
+        eager.backward_only(batch, 0.5)
+    assert caplog.text.count("the gradient graph failed (inductor: gradient graph lowering") == 1
+    assert agent._grad_graph is None and agent.learner_path == "compiled_objective"
+    for p, q in zip(agent.params, eager.params, strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)

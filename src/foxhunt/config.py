@@ -262,9 +262,11 @@ class DQNHyperparameters(BaseModel):
     """torch.compile the learner step. On CPU with Adam/AdamW, one micro-batch per window and no
     mixed precision, the whole step (gradients, clipping, update) is one graph: 1.3x the eager
     step's updates/s at batch 64 and 1.15-1.2x at batch 256 on a 256x256 MLP (BENCHMARKS.md
-    section 1). Otherwise forward, target and loss are one graph per micro-batch with a compiled
-    backward. The first step pays seconds of compiling and needs a C++ compiler (without one,
-    training continues eagerly). ``summary.json``'s ``learner_path`` says which ran."""
+    section 1). With accumulation (or another optimizer) each micro-batch's gradients are one
+    graph; with DDP or mixed precision forward, target and loss are one graph per micro-batch
+    with a compiled backward. The first step pays seconds of compiling and needs a C++ compiler
+    (without one, training continues eagerly). ``summary.json``'s ``learner_path`` says which
+    ran."""
     replay_on_device: bool = False
     """Keep replay storage on the training device (GPU) instead of host memory."""
 

@@ -226,7 +226,8 @@ def _own_code(fn: Any) -> Any:
 
 
 class _WholeStepUnavailable(Exception):
-    """The compiled whole step failed to compile; the step runs the other way."""
+    """A compiled graph (the whole step, or a micro-batch's gradients) failed to compile; the
+    step runs the other way."""
 
 
 class _Objective(nn.Module):
@@ -321,10 +322,14 @@ class DQNAgent:
         self._whole_step_ok = False
         self._baked: tuple[Any, ...] = ()
         self._whole_step_keys: set[tuple[Any, ...]] = set()
+        self._scale = torch.zeros((), dtype=torch.float32, device=self.device)
+        self._grad_graph_keys: set[tuple[Any, ...]] = set()
+        self._grad_graph = self._build_grad_graph()
         self.graph_steps = 0
         """Optimizer steps (skipped ones included) this process ran as one compiled graph."""
         self.learner_path: str | None = None
-        """How the last update ran: ``whole_step_graph``, ``compiled_objective`` or ``eager``."""
+        """How the last update ran: ``whole_step_graph``, ``compiled_gradients`` (a graph per
+        micro-batch, then ``optimizer_step``), ``compiled_objective`` or ``eager``."""
         self._whole_step = self._build_whole_step()
 
     # --- data parallel
@@ -480,6 +485,11 @@ class DQNAgent:
         """
         if not self.online_net.training:
             self.online_net.train()
+        if self._grad_graph_usable(self._whole_step_key(batch)):
+            try:
+                return self._run_grad_graph(batch, scale)
+            except _WholeStepUnavailable:
+                pass
         with self._sync_context(sync):
             if self._objective is self._micro_objective or self._compile_ok:
                 loss, td, q_mean, q_abs_max = self._objective_backward(batch, scale)
@@ -710,6 +720,77 @@ class DQNAgent:
         max_norm = self.hp.max_grad_norm
         coef = 1.0 if max_norm is None else _clip_coefficient(pre_f, max_norm)
         return result, self._finished_step(pre_f, pre_f * coef, coef < 1.0, lr)
+
+    # --- one compiled graph for a micro-batch's gradients (accumulation windows)
+    def _build_grad_graph(self):  # type: ignore[no-untyped-def]
+        """A compiled function from a micro-batch to its scaled gradients, or None where it does
+        not apply. A window of several micro-batches calls it once per micro-batch (so only one
+        micro-batch's activations are alive at a time), adds the gradients up in ``.grad`` and
+        then steps with ``optimizer_step``: the autograd engine and the compiled backward's
+        wrappers drop out of every micro-batch (4 x 64 on a 256x256 MLP: 3.0 ms against 3.7 ms
+        a window with the compiled objective)."""
+        if not (self.hp.compile and self.device.type == "cpu" and hasattr(torch, "func")):
+            return None
+        module = _Objective(self)
+        names = [f"net.{n}" for n, p in self.online_net.named_parameters() if p.requires_grad]
+
+        def micro_batch_gradients(
+            params: list[torch.Tensor], scale: torch.Tensor, *batch: torch.Tensor | None
+        ) -> tuple[Any, ...]:
+            def objective(ps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, Any]:
+                out = torch.func.functional_call(module, dict(zip(names, ps, strict=True)), batch)
+                return out[0] * scale, out[1:]
+
+            return torch.func.grad(objective, has_aux=True)(tuple(params))
+
+        return torch.compile(_own_code(micro_batch_gradients), dynamic=False)
+
+    def _grad_graph_usable(self, key: tuple[Any, ...]) -> bool:
+        if self._grad_graph is None:
+            return False
+        if self._ddp is not None or self.scaler is not None or self.autocast_dtype is not None:
+            return False  # DDP's gradient hooks and autocast need the autograd path
+        keys = self._grad_graph_keys
+        return key in keys or len(keys) < _WHOLE_STEP_GRAPHS
+
+    def _run_grad_graph(self, batch: Batch, scale: float) -> MicroBatchResult:
+        args = (
+            self.params,
+            self._scale.fill_(scale),
+            batch.obs,
+            batch.actions,
+            batch.rewards,
+            batch.next_obs,
+            batch.dones,
+            batch.discounts,
+            batch.weights,
+        )
+        try:
+            with torch.no_grad():
+                grads, (loss, td, q_mean, q_abs_max) = self._grad_graph(*args)
+        except Exception as exc:
+            if self._grad_graph_keys:
+                raise  # it ran before: a real error, not a compiler's
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning(
+                "compile: the gradient graph failed (%s); using the compiled objective instead",
+                first,
+            )
+            self._grad_graph = None
+            raise _WholeStepUnavailable from exc
+        self._grad_graph_keys.add(self._whole_step_key(batch))
+        # Added up in .grad as AccumulateGrad would: the first micro-batch's become .grad.
+        held = [p for p in self.params if p.grad is not None]
+        if not held:
+            for p, g in zip(self.params, grads, strict=True):
+                p.grad = g
+        elif len(held) == len(self.params):
+            torch._foreach_add_([p.grad for p in self.params], list(grads))
+        else:
+            for p, g in zip(self.params, grads, strict=True):
+                p.grad = g if p.grad is None else p.grad.add_(g)
+        self.learner_path = "compiled_gradients"
+        return MicroBatchResult(loss, td, q_mean, q_abs_max)
 
     def _whole_step_scalars(self, step: torch.Tensor, lr: float) -> torch.Tensor:
         """The fused Adam kernel's per-step scalars, computed on the host in float64 as it does:
