@@ -28,24 +28,23 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+# rl-baselines3-zoo's hyperparams/dqn.yml gives Acrobot-v1 and LunarLander-v3 the same settings.
+_ZOO_ACROBOT_LUNARLANDER: dict[str, Any] = dict(
+    learning_rate=6.3e-4,
+    batch_size=128,
+    buffer_size=50_000,
+    learning_starts=0,
+    gamma=0.99,
+    target_update_interval=250,
+    train_freq=4,
+    gradient_steps=-1,
+    exploration_fraction=0.12,
+    exploration_final_eps=0.1,
+    policy_kwargs=dict(net_arch=[256, 256]),
+)
 # Env -> (zoo step budget, rl-baselines3-zoo hyperparams/dqn.yml).
 ZOO: dict[str, tuple[int, dict[str, Any]]] = {
-    "Acrobot-v1": (
-        100_000,
-        dict(
-            learning_rate=6.3e-4,
-            batch_size=128,
-            buffer_size=50_000,
-            learning_starts=0,
-            gamma=0.99,
-            target_update_interval=250,
-            train_freq=4,
-            gradient_steps=-1,
-            exploration_fraction=0.12,
-            exploration_final_eps=0.1,
-            policy_kwargs=dict(net_arch=[256, 256]),
-        ),
-    ),
+    "Acrobot-v1": (100_000, _ZOO_ACROBOT_LUNARLANDER),
     "MountainCar-v0": (
         120_000,
         dict(
@@ -62,22 +61,7 @@ ZOO: dict[str, tuple[int, dict[str, Any]]] = {
             policy_kwargs=dict(net_arch=[256, 256]),
         ),
     ),
-    "LunarLander-v3": (
-        100_000,
-        dict(
-            learning_rate=6.3e-4,
-            batch_size=128,
-            buffer_size=50_000,
-            learning_starts=0,
-            gamma=0.99,
-            target_update_interval=250,
-            train_freq=4,
-            gradient_steps=-1,
-            exploration_fraction=0.12,
-            exploration_final_eps=0.1,
-            policy_kwargs=dict(net_arch=[256, 256]),
-        ),
-    ),
+    "LunarLander-v3": (100_000, _ZOO_ACROBOT_LUNARLANDER),
 }
 DEFAULT_ENVS = ("Acrobot-v1", "MountainCar-v0")
 CONFIGS = ("foxhunt classic", "foxhunt default", "sb3 default", "sb3 zoo")

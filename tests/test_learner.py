@@ -752,6 +752,16 @@ def test_compiled_whole_step_skips_a_non_finite_step(
     assert whole.optimizer_steps == 2 and whole.scheduler.last_epoch == 2
 
 
+def _compile_failing(name: str, broken: Any) -> Any:
+    """A stand-in for ``torch.compile``: ``broken`` for the function called ``name``, every
+    other function uncompiled (the test is about that one graph)."""
+
+    def compile_(fn, **kwargs):  # type: ignore[no-untyped-def]
+        return broken if fn.__name__ == name else fn
+
+    return compile_
+
+
 @pytest.mark.parametrize("part_way", [False, True], ids=["at_compile", "part_way"])
 def test_whole_step_failure_falls_back_with_state_intact(
     part_way: bool, hp_factory, agent_factory, batch_factory, monkeypatch, caplog
@@ -759,19 +769,13 @@ def test_whole_step_failure_falls_back_with_state_intact(
     """A whole-step graph that fails on its first call (at compilation, or after it began to write
     in place) is said once; the step runs the other way from untouched parameters and state."""
 
-    def compile_(fn, **kwargs):  # type: ignore[no-untyped-def]
-        if fn.__name__ != "whole_step":
-            return fn  # the objective runs eagerly: this test is about the whole step
+    def broken(params, exp_avgs, *rest):  # type: ignore[no-untyped-def]
+        if part_way:
+            torch._foreach_add_(params, 1.0)
+            torch._foreach_add_(exp_avgs, 1.0)
+        raise RuntimeError("inductor: whole-step lowering failed\nmore detail")
 
-        def broken(params, exp_avgs, *rest):  # type: ignore[no-untyped-def]
-            if part_way:
-                torch._foreach_add_(params, 1.0)
-                torch._foreach_add_(exp_avgs, 1.0)
-            raise RuntimeError("inductor: whole-step lowering failed\nmore detail")
-
-        return broken
-
-    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(torch, "compile", _compile_failing("whole_step", broken))
     hp = hp_factory(learning_rate=1e-3)
     agent = agent_factory(hp.model_copy(update={"compile": True}))
     eager = agent_factory(hp)
@@ -864,7 +868,7 @@ def test_whole_step_compiles_a_few_batch_layouts_then_steps_aside(
     import foxhunt.learner
 
     limit = 2
-    monkeypatch.setattr(foxhunt.learner, "_WHOLE_STEP_GRAPHS", limit)
+    monkeypatch.setattr(foxhunt.learner, "_GRAPHS_PER_FUNCTION", limit)
     hp = hp_factory(learning_rate=1e-3, adam_eps=1e-6, hidden_sizes=(8, 8))
     whole = agent_factory(hp.model_copy(update={"compile": True}))
     eager = agent_factory(hp)
@@ -893,16 +897,10 @@ def test_gradient_graph_failure_falls_back_to_the_compiled_objective(
     """A micro-batch gradient graph that fails on its first call is said once; accumulation goes
     on through the objective path, gradients intact, the window already under way included."""
 
-    def compile_(fn, **kwargs):  # type: ignore[no-untyped-def]
-        if fn.__name__ != "micro_batch_gradients":
-            return fn  # the objective runs eagerly: this test is about the gradient graph
+    def broken(*args):  # type: ignore[no-untyped-def]
+        raise RuntimeError("inductor: gradient graph lowering failed\nmore detail")
 
-        def broken(*args):  # type: ignore[no-untyped-def]
-            raise RuntimeError("inductor: gradient graph lowering failed\nmore detail")
-
-        return broken
-
-    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(torch, "compile", _compile_failing("micro_batch_gradients", broken))
     hp = hp_factory(learning_rate=1e-3)
     agent = agent_factory(hp.model_copy(update={"compile": True}))
     eager = agent_factory(hp)

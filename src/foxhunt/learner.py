@@ -204,10 +204,29 @@ def _fused_kernel_available() -> bool:
 
 
 # Batch layouts (size, PER weights or none, discounts or none, hyperparameters) one agent runs
-# as whole-step graphs; a training run has one. Each is a graph of its own, and past Dynamo's
-# limit of 8 per function the step would run uncompiled, slower than eager: a caller who varies
-# the layout more than this steps the other way for the new layouts.
-_WHOLE_STEP_GRAPHS = 4
+# through each compiled graph; a training run has one or two. Each is a graph of its own, and
+# past Dynamo's limit of 8 per function the step would run uncompiled, slower than eager: a
+# caller who varies the layout more than this steps the other way for the new layouts.
+_GRAPHS_PER_FUNCTION = 4
+
+
+def _objective_inputs(batch: Batch) -> tuple[torch.Tensor | None, ...]:
+    """A batch as the objective's positional arguments (the compiled graphs take tensors)."""
+    return (
+        batch.obs,
+        batch.actions,
+        batch.rewards,
+        batch.next_obs,
+        batch.dones,
+        batch.discounts,
+        batch.weights,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's first line, for a one-line warning."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _own_code(fn: Any) -> Any:
@@ -225,7 +244,7 @@ def _own_code(fn: Any) -> Any:
     )
 
 
-class _WholeStepUnavailable(Exception):
+class _GraphUnavailable(Exception):
     """A compiled graph (the whole step, or a micro-batch's gradients) failed to compile; the
     step runs the other way."""
 
@@ -318,12 +337,11 @@ class DQNAgent:
         self._forward_net: nn.Module = self.online_net
         self._ddp: nn.Module | None = None
         self._objective = self._build_objective()
-        self._scalars = torch.zeros(3, dtype=torch.float32, device=self.device)
-        self._whole_step_ok = False
         self._baked: tuple[Any, ...] = ()
-        self._whole_step_keys: set[tuple[Any, ...]] = set()
+        self._whole_step_keys: set[tuple[Any, ...]] = set()  # non-empty once it has run
         self._scale = torch.zeros((), dtype=torch.float32, device=self.device)
         self._grad_graph_keys: set[tuple[Any, ...]] = set()
+        self._gradients = self._functional_gradients()
         self._grad_graph = self._build_grad_graph()
         self.graph_steps = 0
         """Optimizer steps (skipped ones included) this process ran as one compiled graph."""
@@ -439,15 +457,7 @@ class DQNAgent:
         return torch.compile(objective, dynamic=False)
 
     def _objective_backward(self, batch: Batch, scale: float) -> tuple[torch.Tensor, ...]:
-        objective, *outs = self._objective(
-            batch.obs,
-            batch.actions,
-            batch.rewards,
-            batch.next_obs,
-            batch.dones,
-            batch.discounts,
-            batch.weights,
-        )
+        objective, *outs = self._objective(*_objective_inputs(batch))
         # A window of one micro-batch has scale 1: multiplying by 1.0 is exact, so skipping it
         # changes no bit and saves an autograd node and its kernels outside the compiled graph.
         scaled = objective if scale == 1.0 else objective * scale
@@ -463,8 +473,9 @@ class DQNAgent:
         try:
             outs = self._objective_backward(batch, scale)
         except Exception as exc:  # any compiler failure falls back alike
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log.warning("compile: torch.compile failed (%s); training continues eagerly", first)
+            log.warning(
+                "compile: torch.compile failed (%s); training continues eagerly", _first_line(exc)
+            )
             for p, g in zip(self.params, saved, strict=True):
                 p.grad = g
             self._objective = self._micro_objective
@@ -485,10 +496,10 @@ class DQNAgent:
         """
         if not self.online_net.training:
             self.online_net.train()
-        if self._grad_graph_usable(self._whole_step_key(batch)):
+        if self._grad_graph_usable(batch):
             try:
                 return self._run_grad_graph(batch, scale)
-            except _WholeStepUnavailable:
+            except _GraphUnavailable:
                 pass
         with self._sync_context(sync):
             if self._objective is self._micro_objective or self._compile_ok:
@@ -582,26 +593,31 @@ class DQNAgent:
         call and the optimizer's kernels, which is most of what a DQN-sized step spends beside
         its matrix products (BENCHMARKS.md section 1). Same maths to float round-off; tests
         compare it with the eager step."""
-        if self._whole_step_usable(self._whole_step_key(batch)):
+        if self._whole_step_usable(batch):
             try:
                 return self._run_whole_step(batch)
-            except _WholeStepUnavailable:
+            except _GraphUnavailable:
                 pass
         result = self.backward_micro_batch(batch, 1.0, sync=True)
         return result, self.optimizer_step()
 
-    def _whole_step_key(self, batch: Batch) -> tuple[Any, ...]:
-        """What makes Dynamo trace the whole step again: the batch's layout and the
-        hyperparameters the objective reads."""
+    def _graph_key(self, batch: Batch) -> tuple[Any, ...]:
+        """What makes Dynamo trace a graph again: the batch's layout and the hyperparameters the
+        objective reads."""
         return (len(batch), batch.weights is None, batch.discounts is None, id(self.hp))
 
-    def _whole_step_usable(self, key: tuple[Any, ...] | None = None) -> bool:
-        if self._whole_step is None:
-            return False
-        keys = self._whole_step_keys
-        if key is not None and key not in keys and len(keys) >= _WHOLE_STEP_GRAPHS:
-            return False  # each layout is a graph of its own: a few, not one per call
-        if self._ddp is not None or self.scaler is not None or self.autocast_dtype is not None:
+    def _graphs_apply(self, keys: set[tuple[Any, ...]], batch: Batch | None) -> bool:
+        """Whether a compiled graph with these traced ``keys`` may take ``batch``: each layout is
+        a graph of its own (a few, not one per call), and DDP's gradient hooks and autocast need
+        the autograd path."""
+        if batch is not None:
+            key = self._graph_key(batch)
+            if key not in keys and len(keys) >= _GRAPHS_PER_FUNCTION:
+                return False
+        return self._ddp is None and self.scaler is None and self.autocast_dtype is None
+
+    def _whole_step_usable(self, batch: Batch | None = None) -> bool:
+        if self._whole_step is None or not self._graphs_apply(self._whole_step_keys, batch):
             return False
         if not _plain_fused_adam(self.optimizer) or self._traced_constants() != self._baked:
             return False  # another optimizer, or constants changed since the graph was traced
@@ -618,11 +634,33 @@ class DQNAgent:
             self.hp.max_grad_norm,
         )
 
-    def _build_whole_step(self):  # type: ignore[no-untyped-def]
-        """The compiled whole-step function, or None where it does not apply."""
+    def _functional_gradients(self):  # type: ignore[no-untyped-def]
+        """``gradients(params, scale, batch)``: the objective's gradients (times ``scale``, unless
+        None) by ``torch.func.grad``, with ``functional_call`` standing the traced parameters in
+        for the network's, and its other outputs; the body both compiled graphs trace. None
+        where they do not apply (no ``compile``; GPU, untested here)."""
         if not (self.hp.compile and self.device.type == "cpu" and hasattr(torch, "func")):
             return None
-        if not _plain_fused_adam(self.optimizer):
+        module = _Objective(self)
+        names = [f"net.{n}" for n, p in self.online_net.named_parameters() if p.requires_grad]
+
+        def gradients(
+            params: list[torch.Tensor],
+            scale: torch.Tensor | None,
+            batch: tuple[torch.Tensor | None, ...],
+        ) -> tuple[Any, ...]:
+            def objective(ps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, Any]:
+                out = torch.func.functional_call(module, dict(zip(names, ps, strict=True)), batch)
+                return (out[0] if scale is None else out[0] * scale), out[1:]
+
+            return torch.func.grad(objective, has_aux=True)(tuple(params))
+
+        return gradients
+
+    def _build_whole_step(self):  # type: ignore[no-untyped-def]
+        """The compiled whole-step function, or None where it does not apply."""
+        gradients = self._gradients
+        if gradients is None or not _plain_fused_adam(self.optimizer):
             return None
         group = self.optimizer.param_groups[0]
         self._baked = self._traced_constants()
@@ -632,8 +670,6 @@ class DQNAgent:
             group.get("decoupled_weight_decay", type(self.optimizer) is torch.optim.AdamW)
         )
         max_norm = self.hp.max_grad_norm
-        module = _Objective(self)
-        names = [f"net.{n}" for n, p in self.online_net.named_parameters() if p.requires_grad]
 
         def whole_step(
             params: list[torch.Tensor],
@@ -643,13 +679,7 @@ class DQNAgent:
             scalars: torch.Tensor,
             *batch: torch.Tensor | None,
         ) -> tuple[torch.Tensor, ...]:
-            def objective(ps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, Any]:
-                out = torch.func.functional_call(module, dict(zip(names, ps, strict=True)), batch)
-                return out[0], out[1:]
-
-            grads, (loss, td, q_mean, q_abs_max) = torch.func.grad(objective, has_aux=True)(
-                tuple(params)
-            )
+            grads, (loss, td, q_mean, q_abs_max) = gradients(params, None, batch)
             # Optimizer.step's maths: clip_grad_norm_'s norm and coefficient, then the fused
             # Adam/AdamW kernel's update with its host scalars (``_whole_step_scalars``).
             norm = torch.linalg.vector_norm(
@@ -697,20 +727,14 @@ class DQNAgent:
             [st["exp_avg_sq"] for st in sts],
             [st["step"] for st in sts],
             self._whole_step_scalars(sts[0]["step"], lr),
-            batch.obs,
-            batch.actions,
-            batch.rewards,
-            batch.next_obs,
-            batch.dones,
-            batch.discounts,
-            batch.weights,
+            *_objective_inputs(batch),
         )
-        if self._whole_step_ok:
+        if self._whole_step_keys:
             with torch.no_grad():
                 norm, loss, td, q_mean, q_abs_max, *_ = self._whole_step(*args)
         else:
             norm, loss, td, q_mean, q_abs_max, *_ = self._first_whole_step(args)
-        self._whole_step_keys.add(self._whole_step_key(batch))
+        self._whole_step_keys.add(self._graph_key(batch))
         self.graph_steps += 1
         self.learner_path = "whole_step_graph"
         result = MicroBatchResult(loss, td, q_mean, q_abs_max)
@@ -729,56 +753,35 @@ class DQNAgent:
         then steps with ``optimizer_step``: the autograd engine and the compiled backward's
         wrappers drop out of every micro-batch (4 x 64 on a 256x256 MLP: 3.0 ms against 3.7 ms
         a window with the compiled objective)."""
-        if not (self.hp.compile and self.device.type == "cpu" and hasattr(torch, "func")):
+        gradients = self._gradients
+        if gradients is None:
             return None
-        module = _Objective(self)
-        names = [f"net.{n}" for n, p in self.online_net.named_parameters() if p.requires_grad]
 
         def micro_batch_gradients(
             params: list[torch.Tensor], scale: torch.Tensor, *batch: torch.Tensor | None
         ) -> tuple[Any, ...]:
-            def objective(ps: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, Any]:
-                out = torch.func.functional_call(module, dict(zip(names, ps, strict=True)), batch)
-                return out[0] * scale, out[1:]
-
-            return torch.func.grad(objective, has_aux=True)(tuple(params))
+            return gradients(params, scale, batch)
 
         return torch.compile(_own_code(micro_batch_gradients), dynamic=False)
 
-    def _grad_graph_usable(self, key: tuple[Any, ...]) -> bool:
-        if self._grad_graph is None:
-            return False
-        if self._ddp is not None or self.scaler is not None or self.autocast_dtype is not None:
-            return False  # DDP's gradient hooks and autocast need the autograd path
-        keys = self._grad_graph_keys
-        return key in keys or len(keys) < _WHOLE_STEP_GRAPHS
+    def _grad_graph_usable(self, batch: Batch) -> bool:
+        return self._grad_graph is not None and self._graphs_apply(self._grad_graph_keys, batch)
 
     def _run_grad_graph(self, batch: Batch, scale: float) -> MicroBatchResult:
-        args = (
-            self.params,
-            self._scale.fill_(scale),
-            batch.obs,
-            batch.actions,
-            batch.rewards,
-            batch.next_obs,
-            batch.dones,
-            batch.discounts,
-            batch.weights,
-        )
+        args = (self.params, self._scale.fill_(scale), *_objective_inputs(batch))
         try:
             with torch.no_grad():
                 grads, (loss, td, q_mean, q_abs_max) = self._grad_graph(*args)
         except Exception as exc:
             if self._grad_graph_keys:
                 raise  # it ran before: a real error, not a compiler's
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning(
                 "compile: the gradient graph failed (%s); using the compiled objective instead",
-                first,
+                _first_line(exc),
             )
             self._grad_graph = None
-            raise _WholeStepUnavailable from exc
-        self._grad_graph_keys.add(self._whole_step_key(batch))
+            raise _GraphUnavailable from exc
+        self._grad_graph_keys.add(self._graph_key(batch))
         # Added up in .grad as AccumulateGrad would: the first micro-batch's become .grad.
         held = [p for p in self.params if p.grad is not None]
         if not held:
@@ -799,16 +802,8 @@ class DQNAgent:
         group = self.optimizer.param_groups[0]
         beta1, beta2 = group["betas"]
         t = float(step) + 1.0
-        return self._scalars.copy_(
-            torch.tensor(
-                [
-                    lr / (1.0 - beta1**t),
-                    math.sqrt(1.0 - beta2**t),
-                    lr * group["weight_decay"],
-                ],
-                dtype=torch.float32,
-            )
-        )
+        scalars = [lr / (1.0 - beta1**t), math.sqrt(1.0 - beta2**t), lr * group["weight_decay"]]
+        return torch.tensor(scalars, dtype=torch.float32, device=self.device)
 
     def _first_whole_step(self, args: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
         """Compile on the first call; where it fails, say so once and step as before. The tensors
@@ -822,15 +817,13 @@ class DQNAgent:
             with torch.no_grad():
                 for t, v in zip(tensors, saved, strict=True):
                     t.copy_(v)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning(
                 "compile: the whole-step graph failed (%s); stepping with the compiled "
                 "objective and the optimizer instead",
-                first,
+                _first_line(exc),
             )
             self._whole_step = None
-            raise _WholeStepUnavailable from exc
-        self._whole_step_ok = True
+            raise _GraphUnavailable from exc
         return outs
 
     def _init_adam_state(self) -> None:
