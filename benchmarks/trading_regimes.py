@@ -2,7 +2,8 @@
 
 Trains the regime-conditional agent (the ``trading`` preset that ``foxhunt train`` uses) and a
 plain DQN (the same preset with one head instead of per-regime heads) for several seeds, then
-backtests both on the test span against buy-and-hold, flat and the regime oracle.
+backtests both on the test span against buy-and-hold, flat, the regime rule (each detector
+state's training-span direction: what the regime input alone is worth) and the regime oracle.
 
     python benchmarks/trading_regimes.py --jobs 2        # 10 seeds, the preset's step budget
     python benchmarks/trading_regimes.py --smoke         # seconds; checks the plumbing only
@@ -50,6 +51,8 @@ def run_one(seed: int, variant: str, steps: int | None, smoke: bool, root: Path)
         "agent_sharpe": m["agent"]["sharpe"],
         "buy_and_hold_log_return": m["buy & hold"]["total_log_return"],
         "buy_and_hold_sharpe": m["buy & hold"]["sharpe"],
+        "regime_rule_log_return": m["regime rule"]["total_log_return"],
+        "regime_rule_sharpe": m["regime rule"]["sharpe"],
         "oracle_log_return": m[oracle]["total_log_return"],
         "oracle_capture": out["oracle_capture"],
     }
@@ -74,6 +77,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         "agent_log_return": first["buy_and_hold_log_return"],
         "agent_sharpe": first["buy_and_hold_sharpe"],
         "oracle_capture": first["buy_and_hold_log_return"] / first["oracle_log_return"],
+    }
+    out["regime_rule"] = {
+        "agent_log_return": first["regime_rule_log_return"],
+        "agent_sharpe": first["regime_rule_sharpe"],
+        "oracle_capture": first["regime_rule_log_return"] / first["oracle_log_return"],
     }
     return out
 

@@ -281,6 +281,46 @@ def test_regime_oracle_goes_long_up_short_down_and_beats_buy_and_hold():
     assert bt.oracle_positions(reference, pricey) == {0: 0.0, 1: 0.0}
 
 
+def test_regime_rule_holds_each_detector_states_training_direction_causally():
+    """The rule decides at bar t from the detector's state at t (never t + 1), by the oracle's
+    cost rule learned on the reference span, and appending bars changes nothing decided."""
+    reference, test = regime_market(400, seed=0), regime_market(300, seed=1)
+    for m in (reference, test):  # the detector sees the true regime of the bar, a bar late
+        lagged = np.concatenate([[0], m.true_regimes[:-1]])
+        m.regime_probs[:] = np.eye(2, dtype=np.float32)[lagged] * 0.8 + 0.1
+    cfg = TradingEnvConfig(window=5)
+    # independent computation of the rule: state at t labels the return from t to t + 1
+    states = reference.regime_probs.argmax(axis=1)[:-1]
+    rets = reference.close[1:] / reference.close[:-1] - 1
+    visits = {0: [], 1: []}
+    for i, k in enumerate(states):
+        if i == 0 or states[i - 1] != k:
+            visits[int(k)].append(0)
+        visits[int(k)][-1] += 1
+    edges = {k: rets[states == k].mean() * np.mean(visits[k]) for k in (0, 1)}
+    expected = {k: 1.0 if e > 2 * cfg.cost_rate else -1.0 for k, e in edges.items()}
+    assert expected == {0: 1.0, 1: -1.0}
+    assert bt.regime_rule_positions(reference, cfg) == expected
+    rule = bt.regime_rule(test, cfg, reference)
+    decided = test.regime_probs.argmax(axis=1)[4:299]  # decision bars of window 5
+    np.testing.assert_array_equal(rule.positions, np.where(decided == 0, 1.0, -1.0))
+    assert rule.name == "regime rule"
+    # a bar late, it trails the oracle, but beats buy-and-hold in persistent regimes
+    oracle, bh = bt.regime_oracle(test, cfg, reference), bt.buy_and_hold(test, cfg)
+    r = rule.metrics["total_log_return"]
+    assert bh.metrics["total_log_return"] < r < oracle.metrics["total_log_return"]
+    # causal: the first 200 bars decide the same with or without the rest
+    head = bt.regime_rule(test.slice(0, 200), cfg, reference)
+    np.testing.assert_array_equal(head.positions, rule.positions[: len(head.positions)])
+    # long-only: the falling state is held flat
+    assert bt.regime_rule_positions(
+        reference, TradingEnvConfig(window=5, positions=(0.0, 1.0))
+    ) == {
+        0: 1.0,
+        1: 0.0,
+    }
+
+
 def test_regime_oracle_needs_true_regimes():
     with pytest.raises(DataError, match="true_regimes"):
         bt.regime_oracle(make_market(), TradingEnvConfig(window=3), make_market())

@@ -92,7 +92,7 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
         assert (run_dir / name).is_file(), name
     out = evaluate_run(run_dir, split="test")
     names = set(out["metrics"])
-    assert {"agent", "buy & hold", "flat"} <= names
+    assert {"agent", "buy & hold", "flat", "regime rule"} <= names
     assert any("oracle" in n for n in names)  # synthetic data knows the true regimes
     assert out["oracle_capture"] is None or isinstance(out["oracle_capture"], float)
     report = run_dir / "backtest"
@@ -103,7 +103,8 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     # equity compounds its net log returns, and ends at its reported total return.
     series = pd.read_csv(out["series"], index_col=0, parse_dates=True)
     assert len(series) == out["metrics"]["agent"]["bars"] and out["metrics_file"].endswith("json")
-    for name, key in (("agent", "agent"), ("buy & hold", "buy_and_hold"), ("flat", "flat")):
+    strategies = (("agent", "agent"), ("buy & hold", "buy_and_hold"), ("flat", "flat"))
+    for name, key in (*strategies, ("regime rule", "regime_rule")):
         equity = np.exp(np.cumsum(series[f"{key}_net_log_return"]))
         assert np.allclose(series[f"{key}_equity"], equity)
         assert series[f"{key}_equity"].iloc[-1] - 1 == pytest.approx(

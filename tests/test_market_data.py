@@ -269,6 +269,44 @@ def test_headerless_vendor_files_are_read_by_position(tmp_path, caplog, text, fi
     assert "no header row; columns read by position as" in caplog.text
 
 
+def _headerless_bars(n: int = 60, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
+    open_ = np.r_[100.0, close[:-1]]
+    high = np.maximum(open_, close) * (1 + rng.uniform(0, 0.005, n))
+    low = np.minimum(open_, close) * (1 - rng.uniform(0, 0.005, n))
+    return {"o": open_, "h": high, "l": low, "c": close, "v": rng.uniform(50, 120, n)}
+
+
+def test_a_price_after_the_close_of_a_headerless_file_is_not_read_as_volume(tmp_path, caplog):
+    """Kraken's REST OHLC rows are time, OHLC, VWAP, volume, count; a headerless Yahoo file has
+    the adjusted close (a multiple of the close between dividends) before the volume."""
+    b = _headerless_bars()
+    vwap = (b["h"] + b["l"] + b["c"]) / 3
+    kraken = "".join(
+        f"{1704067200 + 3600 * i},{b['o'][i]:.2f},{b['h'][i]:.2f},{b['l'][i]:.2f},"
+        f"{b['c'][i]:.2f},{vwap[i]:.2f},{b['v'][i]:.8f},{100 + i}\n"
+        for i in range(60)
+    )
+    df = load_ohlcv(write(tmp_path, kraken, "kraken.csv"))
+    np.testing.assert_allclose(df["volume"], np.round(b["v"], 8))
+    assert "column 6 lies within every bar's low-high range" in caplog.text
+    days = pd.date_range("2020-01-01", periods=60, freq="D")
+    adjusted = b["c"] * np.where(np.arange(60) < 30, 0.95, 1.0)  # a dividend on day 30
+    yahoo = "".join(
+        f"{days[i].date()},{b['o'][i]:.2f},{b['h'][i]:.2f},{b['l'][i]:.2f},{b['c'][i]:.2f},"
+        f"{adjusted[i]:.6f},{int(b['v'][i] * 1000)}\n"
+        for i in range(60)
+    )
+    df = load_ohlcv(write(tmp_path, yahoo, "yahoo.csv"))
+    np.testing.assert_array_equal(df["volume"], (b["v"] * 1000).astype(int))
+    # With no column after the price, nothing is left to call volume: a header is asked for.
+    vwap_only = "".join(line.rsplit(",", 2)[0] + "\n" for line in kraken.splitlines())
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, vwap_only, "vwap.csv"))
+    assert_one_line(err, "vwap.csv", "column 6", "holds prices", "add a header row")
+
+
 def test_a_headerless_file_in_another_order_is_refused_with_a_hint(tmp_path):
     text = "1609459200,299.1,301.6,300,300.3,763.9\n1609545600,299.8,301,300.3,299.9,551.7\n"
     with pytest.raises(DataError) as err:  # Coinbase's API order: time, low, high, open, close
@@ -718,6 +756,13 @@ def test_encodings_and_comment_lines(tmp_path, caplog):
     assert load_ohlcv(tmp_path / "utf16.csv").equals(df)
     notes = "# exported 2023-01-05\n# symbol: TEST\n\n" + HEADER + "\n".join(GOOD_ROWS) + "\n"
     assert load_ohlcv(write(tmp_path, notes, "notes.csv"))["close"].tolist() == [10.5, 11.0, 11.5]
+    # Bytes no text encoding reads: one error, not a warning that it is read as Windows-1252.
+    caplog.clear()
+    (tmp_path / "binary.csv").write_bytes(bytes(range(256)) * 40)
+    with pytest.raises(DataError) as err:
+        load_ohlcv(tmp_path / "binary.csv")
+    assert_one_line(err, "binary.csv", "not text")
+    assert "reading it as" not in caplog.text
 
 
 def test_localised_headers_settle_three_digit_groups(tmp_path):

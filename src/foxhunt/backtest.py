@@ -524,24 +524,17 @@ def _run_lengths(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels[starts], lengths
 
 
-def oracle_positions(reference: MarketArrays, config: TradingEnvConfig) -> dict[int, float]:
-    """Position the regime oracle takes in each true regime, learned on ``reference``.
+def _positions_by_label(
+    rets: np.ndarray, labels: np.ndarray, config: TradingEnvConfig
+) -> dict[int, float]:
+    """Per label, the position worth holding: ``rets[i]`` is earned while ``labels[i]`` holds.
 
-    For regime ``k`` with mean one-bar market return ``m_k`` and mean visit length ``d_k`` (in
-    bars) on the reference span, a position is worth taking when the expected gain over a visit
-    beats entering and leaving it, ``|m_k| * d_k > 2 * cost_rate``: long at ``max(positions)``
-    when ``m_k`` is positive, short at ``min(positions)`` when negative and the action set has a
-    short, otherwise the position closest to flat. Regimes unseen in the reference stay flat.
+    With mean one-bar return ``m_k`` and mean visit length ``d_k`` (bars) of label ``k``, a
+    position is worth taking when the expected gain over a visit beats entering and leaving it,
+    ``|m_k| * d_k > 2 * cost_rate``: long at ``max(positions)`` when ``m_k`` is positive, short at
+    ``min(positions)`` when negative and the action set has a short, otherwise the position
+    closest to flat.
     """
-    if reference.true_regimes is None:
-        raise DataError(
-            "reference.true_regimes: None; the regime oracle needs ground-truth regimes"
-        )
-    close = np.asarray(reference.close, dtype=np.float64)
-    if close.size < 2:
-        raise DataError(f"reference: {close.size} bars; the regime oracle needs at least 2")
-    rets = close[1:] / close[:-1] - 1.0
-    labels = np.asarray(reference.true_regimes, dtype=np.int64)[1:]  # regime of bar t + 1
     run_labels, run_lengths = _run_lengths(labels)
     longest, shortest = max(config.positions), min(config.positions)
     neutral = min(config.positions, key=abs)
@@ -557,6 +550,64 @@ def oracle_positions(reference: MarketArrays, config: TradingEnvConfig) -> dict[
         else:
             choice[int(k)] = neutral
     return choice
+
+
+def _reference_returns(reference: MarketArrays, who: str) -> np.ndarray:
+    close = np.asarray(reference.close, dtype=np.float64)
+    if close.size < 2:
+        raise DataError(f"reference: {close.size} bars; the {who} needs at least 2")
+    return close[1:] / close[:-1] - 1.0
+
+
+def oracle_positions(reference: MarketArrays, config: TradingEnvConfig) -> dict[int, float]:
+    """Position the regime oracle takes in each true regime, learned on ``reference``.
+
+    The regime of bar ``t + 1`` decides the position held from ``t`` to ``t + 1`` (the oracle
+    sees it coming), by :func:`_positions_by_label`'s rule: hold a regime's direction when its
+    mean return over a mean visit beats a round trip's cost. Regimes unseen in the reference
+    stay flat.
+    """
+    if reference.true_regimes is None:
+        raise DataError(
+            "reference.true_regimes: None; the regime oracle needs ground-truth regimes"
+        )
+    rets = _reference_returns(reference, "regime oracle")
+    labels = np.asarray(reference.true_regimes, dtype=np.int64)[1:]  # regime of bar t + 1
+    return _positions_by_label(rets, labels, config)
+
+
+def regime_rule_positions(reference: MarketArrays, config: TradingEnvConfig) -> dict[int, float]:
+    """Position the regime rule holds in each detector state, learned on ``reference``.
+
+    The oracle's rule with only what is known at the decision bar: the detector's most likely
+    state at bar ``t`` (its causal probabilities) labels the return from ``t`` to ``t + 1``.
+    """
+    rets = _reference_returns(reference, "regime rule")
+    labels = np.asarray(reference.regime_probs).argmax(axis=1)[:-1].astype(np.int64)
+    return _positions_by_label(rets, labels, config)
+
+
+def regime_rule(
+    market: MarketArrays,
+    config: TradingEnvConfig,
+    reference: MarketArrays,
+    *,
+    periods_per_year: float | None = None,
+) -> BacktestResult:
+    """A causal baseline with the agent's own regime input: in each detector state, the
+    position whose training-span return beats costs (:func:`regime_rule_positions`).
+
+    It asks what the detector alone is worth: an agent that trails it has not learned to use
+    the regime estimate it is given (BENCHMARKS.md, section 6). Pass the training span as
+    ``reference``, never the span being tested.
+    """
+    choice = regime_rule_positions(reference, config)
+    neutral = min(config.positions, key=abs)
+    states = np.asarray(market.regime_probs).argmax(axis=1)
+    per_bar = np.array([choice.get(int(k), neutral) for k in states], dtype=np.float64)
+    return simulate_positions(
+        market, per_bar, config, "regime rule", periods_per_year=periods_per_year
+    )
 
 
 def regime_oracle(

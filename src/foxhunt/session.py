@@ -718,7 +718,8 @@ def backtest_run(
     setup: TradingSetup | None = None,
     model: str = "final",
 ) -> dict[str, Any]:
-    """Agent vs buy-and-hold, flat and (when true regimes are known) the regime oracle.
+    """Agent vs buy-and-hold, flat, the regime rule and (when true regimes are known) the
+    regime oracle.
 
     ``setup`` is the run's market when the caller already built it (an ensemble backtests its
     members on the same one), so the detector is not fitted twice. ``model`` names the weights
@@ -742,6 +743,8 @@ def backtest_run(
         bt.buy_and_hold(span, config, periods_per_year=ppy),
         bt.flat(span, config, periods_per_year=ppy),
     ]
+    if span.regime_probs.shape[1] > 1:  # what the detector alone earns (not for detector none)
+        results.append(bt.regime_rule(span, config, setup.span("train"), periods_per_year=ppy))
     capture = accuracy = None
     if span.true_regimes is not None:
         from foxhunt.markets.regimes import regime_accuracy

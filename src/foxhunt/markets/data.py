@@ -280,17 +280,70 @@ def _headerless(frame: pd.DataFrame, first_line: str) -> bool:
     return len(labels) >= 5 and data_like >= len(labels) - 2 and _header_names(first_line) == 0
 
 
-def _positional_names(frame: pd.DataFrame) -> list[str]:
+def _positional_names(frame: pd.DataFrame, label: str) -> list[str]:
     """Column names by position for a file without a header: ``time, open, high, low, close[,
     volume]`` (Binance klines, Kraken OHLCVT, NinjaTrader), or ``date, time, open, ...`` when
     the second field is a time of day (MetaTrader's history export). Later columns (Binance's
     close time, quote volume, trades, ...) are kept under neutral names and not used. The OHLC
-    checks refuse a file whose order differs (high would fall below low)."""
+    checks refuse a file whose order differs (high would fall below low).
+
+    A price after the close (Kraken's REST OHLC puts the VWAP there, a headerless Yahoo file
+    the adjusted close) is not taken for the volume: the column after it is, when it is no
+    price itself; otherwise the file is refused and asked for a header.
+    """
     n = len(frame.columns)
     second = frame.iloc[:, 1].astype(str).str.strip()
     lead = ["date", "time"] if second.str.fullmatch(_TIME_OF_DAY).all() else ["timestamp"]
     names = [*lead, "open", "high", "low", "close", "volume"][:n]
-    return names + [f"column {i + 1}" for i in range(len(names), n)]
+    names += [f"column {i + 1}" for i in range(len(names), n)]
+    at = len(lead) + 4  # where the volume is read from
+    if n > at and _follows_prices(frame, len(lead), at):
+        if n > at + 1 and not _follows_prices(frame, len(lead), at + 1):
+            names[at], names[at + 1] = f"column {at + 1}", "volume"
+            log.warning(
+                "%s: column %d lies within every bar's low-high range or tracks the close, so "
+                "it is a price (a VWAP or an adjusted close), not the volume; volume is read "
+                "from column %d",
+                label,
+                at + 1,
+                at + 2,
+            )
+        else:
+            raise DataError(
+                f"{label}: no header row, and column {at + 1} (where a volume would be) holds "
+                "prices: it lies within every bar's low-high range or tracks the close (a VWAP "
+                "or an adjusted close?); add a header row naming the columns"
+            )
+    return names
+
+
+def _loose_numbers(column: pd.Series) -> np.ndarray:
+    """A column's numbers, decimal commas read as points; anything else NaN (for a check)."""
+    text = column.astype(str).str.strip().str.replace(",", ".", regex=False)
+    return pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> bool:
+    """Whether column ``at`` of a headerless frame is a price rather than a count: inside every
+    bar's low-high range, or a constant multiple of the close on most bars (an adjusted close
+    between dividends). A volume does neither over more than a handful of bars."""
+    head = frame.iloc[:2000]
+    high, low, close, value = (
+        _loose_numbers(head.iloc[:, i]) for i in (open_at + 1, open_at + 2, open_at + 3, at)
+    )
+    ok = np.isfinite(high) & np.isfinite(low) & np.isfinite(close) & np.isfinite(value)
+    if ok.sum() < 5:
+        return False
+    high, low, close, value = high[ok], low[ok], close[ok], value[ok]
+    if np.ptp(value) == 0:  # a constant column (a placeholder volume) is no price
+        return False
+    slack = 1e-9 * np.maximum(np.abs(high), np.abs(low))
+    if np.all((value >= low - slack) & (value <= high + slack)):
+        return True
+    if (value <= 0).any() or (close <= 0).any():
+        return False
+    steps = np.abs(np.diff(np.log(value / close)))
+    return bool(np.mean(steps < 1e-4) > 0.5)
 
 
 def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -339,11 +392,6 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 # Not UTF-8: Windows-1252 is what Excel in Western Europe writes (Eröffnung
                 # with the byte 0xF6), Shift-JIS what Japanese brokers write (日付,始値).
                 fallback = "cp932" if _shift_jis_header(path, label) else "cp1252"
-                log.warning(
-                    "%s: not UTF-8 text; reading it as %s",
-                    label,
-                    "Shift-JIS" if fallback == "cp932" else "Windows-1252",
-                )
                 try:
                     frame = _read_csv(path, sep, dtype, fallback, skip, label)
                 except UnicodeDecodeError:
@@ -351,12 +399,19 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                         f"{label}: cannot read file: not text (neither UTF-8, UTF-16 nor "
                         "Windows-1252)"
                     ) from None
+                # Said once the fallback has read the file: never before an error saying it
+                # could not.
+                log.warning(
+                    "%s: not UTF-8 text; reading it as %s",
+                    label,
+                    "Shift-JIS" if fallback == "cp932" else "Windows-1252",
+                )
             commented = [
                 line for line in head[:skip] if line.startswith("#") and _header_names(line) >= 3
             ]
             if not commented and _headerless(frame, head[skip] if skip < len(head) else ""):
                 frame = _read_csv(path, sep, dtype, encoding, skip, label, header=None)
-                frame.columns = _positional_names(frame)
+                frame.columns = _positional_names(frame, label)
                 frame.attrs["positional"] = True
                 log.warning(
                     "%s: no header row; columns read by position as %s (the layout of "
@@ -435,7 +490,7 @@ def _read_excel(path: Path, label: str) -> pd.DataFrame:
             f"protected one? save it as .xlsx or CSV): {first}"
         ) from None
     filled = [
-        (name, _sheet_frame(sheet.dropna(how="all").dropna(axis=1, how="all")))
+        (name, _sheet_frame(sheet.dropna(how="all").dropna(axis=1, how="all"), label))
         for name, sheet in sheets.items()
         if not sheet.dropna(how="all").empty
     ]
@@ -488,7 +543,7 @@ def _excel_serial_dates(frame: pd.DataFrame, epoch: pd.Timestamp, label: str) ->
     return frame
 
 
-def _sheet_frame(raw: pd.DataFrame) -> pd.DataFrame:
+def _sheet_frame(raw: pd.DataFrame, label: str) -> pd.DataFrame:
     """A sheet's cells as a frame: its header found as in a CSV, or columns by position."""
     lines = [
         ",".join("" if pd.isna(v) else str(v) for v in row)
@@ -502,7 +557,7 @@ def _sheet_frame(raw: pd.DataFrame) -> pd.DataFrame:
     frame.columns = names
     if _headerless(frame, lines[skip]):
         frame = raw.iloc[skip:].reset_index(drop=True)
-        frame.columns = _positional_names(frame)
+        frame.columns = _positional_names(frame, label)
         frame.attrs["positional"] = True
     return frame.infer_objects()
 
