@@ -505,6 +505,8 @@ def test_env_kwargs_reach_gym_make_and_the_evaluation(tmp_path: Path) -> None:
     for bad, needle in (
         (["--env", "FrozenLake-v1", "--set", "env_kwargs.foo=1"], "unexpected keyword argument"),
         (["--env", "FrozenLake-v1", "--set", "env_kwargs=5"], "env_kwargs takes a mapping"),
+        # the env's constructor raising something else than TypeError/ValueError
+        (["--env", "FrozenLake-v1", "--set", "env_kwargs.map_name=9x9"], "KeyError '9x9'"),
         (["--set", "env_kwargs.map_name=8x8"], "env_kwargs.map_name applies to Gymnasium envs"),
     ):
         out = foxhunt("train", *bad, "--run-dir", str(tmp_path / "x"), cwd=tmp_path)

@@ -436,3 +436,41 @@ def test_every_gymnasium_env_starts_from_the_classic_preset() -> None:
     # A flat run file's env and step budget are the run's: from_yaml takes the rest.
     shipped = Path(__file__).parents[1] / "configs" / "cartpole.yaml"
     assert DQNHyperparameters.from_yaml(shipped) == DQNHyperparameters.classic() == classic
+
+
+def test_numpy_numbers_from_sweeps_are_the_numbers_they_hold():
+    """np.int64 from a sweep is an integer; np.float32(1e-3) is 0.001, not its float32 rounding."""
+    import numpy as np
+
+    from foxhunt.envs.trading import TradingEnvConfig
+
+    hp = DQNHyperparameters(
+        batch_size=np.int64(32),
+        learning_rate=np.float32(1e-3),
+        hidden_sizes=[np.int32(8), np.int64(4)],
+        dueling=np.bool_(False),
+    )
+    assert hp.batch_size == 32 and type(hp.batch_size) is int
+    assert hp.learning_rate == 0.001 and hp.hidden_sizes == (8, 4) and hp.dueling is False
+    assert DQNHyperparameters(gamma=np.float64(0.97)).gamma == 0.97
+    with pytest.raises(ConfigError, match=r"batch_size must be an integer, got: 3.5"):
+        DQNHyperparameters(batch_size=np.float64(3.5))
+    cfg = TradingEnvConfig(window=np.int64(4), cost_bps=np.float32(1.5))
+    assert cfg.window == 4 and type(cfg.window) is int and cfg.cost_bps == 1.5
+
+
+def test_n_envs_is_bounded_and_within_the_run_budget():
+    """A million envs would all be built before the first step (it hung); more envs than env
+    steps cannot take one vector step."""
+    from foxhunt.runs import build_spec
+
+    with pytest.raises(ConfigError, match="n_envs must be at most 4096, got: 1000000"):
+        DQNHyperparameters(n_envs=10**6)
+    with pytest.raises(FoxhuntError, match=r"n_envs \(500\) exceeds total_env_steps \(300\)"):
+        build_spec(env="CartPole-v1", total_steps=300, overrides={"n_envs": 500})
+    assert (
+        build_spec(
+            env="CartPole-v1", total_steps=300, overrides={"n_envs": 300}
+        ).hyperparameters.n_envs
+        == 300
+    )

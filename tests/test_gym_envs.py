@@ -306,6 +306,33 @@ def test_a_reward_beyond_float32_is_refused_by_name() -> None:
         trainer.close()
 
 
+@pytest.mark.parametrize("when", ["reset", "step"])
+def test_an_observation_that_does_not_fit_the_space_is_one_line(when: str) -> None:
+    """Gymnasium's stacking fails on it with no word of the env step or the space."""
+    from foxhunt.errors import EnvironmentStepError
+    from foxhunt.trainer import DQNTrainer
+
+    class Misshapen(_Counter):
+        def reset(self, **kwargs):  # type: ignore[no-untyped-def]
+            obs, info = super().reset(**kwargs)
+            return (np.zeros(7, np.float32) if when == "reset" else obs), info
+
+        def step(self, action):  # type: ignore[no-untyped-def]
+            _, reward, term, trunc, info = super().step(action)
+            return np.zeros(7, np.float32), reward, term, trunc, info
+
+    trainer = DQNTrainer(_hp(), Misshapen())
+    try:
+        with pytest.raises(EnvironmentStepError) as info:
+            trainer.learn(20)
+        message = str(info.value)
+        assert f"environment {when} failed at env step 0" in message and "\n" not in message
+        assert "observations must fit the observation space Box(" in message
+        assert trainer.replay.size == 0
+    finally:
+        trainer.close()
+
+
 def test_bad_eval_env_arguments_name_eval_env() -> None:
     from foxhunt.trainer import DQNTrainer
 
@@ -482,7 +509,36 @@ def test_evaluation_episodes_of_an_env_without_a_time_limit_end(caplog):
     assert counts == {"cut": 2}
 
 
+def test_an_env_instance_without_a_time_limit_is_cut_like_a_registered_one():
+    """A user's instance has no spec: without a TimeLimit wrapper its evaluation episodes are
+    cut at 1000 steps (they ran up to a million before, each evaluation for minutes)."""
+    from foxhunt.trainer import NO_STEP_LIMIT, UNLIMITED_EVAL_STEPS, evaluation_step_limit
+
+    endless = _Counter(horizon=None)
+    assert endless.spec is None
+    assert evaluation_step_limit(endless) == UNLIMITED_EVAL_STEPS
+    assert evaluation_step_limit(gym.wrappers.TimeLimit(endless, 50)) == NO_STEP_LIMIT
+    trainer = DQNTrainer(_hp(eval_interval=0), endless)
+    try:
+        assert trainer.evaluate(1) == UNLIMITED_EVAL_STEPS  # one reward per step, cut at 1000
+    finally:
+        trainer.close()
+
+
 def test_a_deprecated_env_id_names_its_successor():
     with pytest.raises(ConfigError) as err:
         DQNTrainer(DQNHyperparameters(), "Taxi-v3")
     assert "'Taxi-v3'" in str(err.value) and "Taxi-v4" in str(err.value)
+
+
+def test_a_tuple_observation_space_is_refused_with_the_wrapper_that_flattens_it():
+    with pytest.raises(ConfigError, match=r"got: Tuple\(.*FlattenObservation"):
+        DQNTrainer(_hp(), "Blackjack-v1")
+    # ... and the wrapper it names makes the env train.
+    env = gym.wrappers.FlattenObservation(gym.make("Blackjack-v1"))
+    trainer = DQNTrainer(_hp(), env)
+    try:
+        trainer.learn(30)
+        assert trainer.env_steps == 30 and trainer.agent.obs_dim == 32 + 11 + 2
+    finally:
+        trainer.close()

@@ -491,3 +491,15 @@ def test_async_vector_envs_train_with_and_without_regimes(regimes):
         assert trainer.env_steps == 60
     finally:
         trainer.close()
+
+
+def test_an_evaluation_episode_is_the_whole_span_however_long():
+    """A TradingEnv instance has no spec and no TimeLimit, yet its evaluation is never cut at
+    the 1000 steps an endless env gets: its episode ends with its span."""
+    from foxhunt.trainer import NO_STEP_LIMIT, episode_returns, evaluation_step_limit
+
+    env = TradingEnv(make_market(n=1500), TradingEnvConfig(window=5), eval_mode=True)
+    assert evaluation_step_limit(env) == NO_STEP_LIMIT
+    counts: dict[str, int] = {}
+    episode_returns(env, lambda obs: 1, [0], counts=counts)
+    assert counts == {"cut": 0} and env._t == 1499

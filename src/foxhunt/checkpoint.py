@@ -53,7 +53,7 @@ import numpy as np
 import safetensors.torch as _st
 import torch
 
-from foxhunt.errors import CheckpointError, ConfigError
+from foxhunt.errors import CheckpointError, ConfigError, first_line
 
 try:  # POSIX advisory locks; on other platforms saves are not guarded against a second writer.
     import fcntl as _fcntl
@@ -174,8 +174,7 @@ def _parse_json(data: bytes, path: Path, what: str) -> Any:
     try:
         return json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise _fail(path, f"{what} is not valid JSON ({message})") from None
+        raise _fail(path, f"{what} is not valid JSON ({first_line(exc)})") from None
 
 
 def _is_int(value: Any) -> bool:

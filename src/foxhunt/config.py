@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 import yaml
 from pydantic import (
     BaseModel,
@@ -82,6 +83,25 @@ _YamlLoader.add_implicit_resolver(
     ),
     list("-+0123456789."),
 )
+
+
+def python_scalars(value: Any) -> Any:
+    """NumPy scalars as the Python numbers they hold, in lists, tuples and mappings too
+    (``np.int64(32)`` is 32, ``np.float32(1e-3)`` is 0.001). Sweeps and Optuna hand out NumPy
+    numbers: a strict integer field would refuse them, and a float32 would carry its binary
+    rounding (0.0010000000474974513) into the run and its files."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        # str() of a float32 is its shortest round-tripping decimal: the number that was meant.
+        return float(str(value)) if value.dtype.itemsize < 8 else float(value)
+    if isinstance(value, list | tuple):
+        return type(value)(python_scalars(v) for v in value)
+    if isinstance(value, dict):
+        return {k: python_scalars(v) for k, v in value.items()}
+    return value
 
 
 def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
@@ -246,8 +266,9 @@ class DQNHyperparameters(BaseModel):
     n_step > 1, ``counterfactual_reward_shift``)."""
 
     # --- system
-    n_envs: PositiveInt = 1
-    """Parallel environments stepped together (gymnasium.vector)."""
+    n_envs: Annotated[int, Strict(), Field(gt=0, le=4096)] = 1
+    """Parallel environments stepped together (gymnasium.vector). At most 4096: every one is
+    built before the first step, so a slip of the keyboard (a million) would hang there."""
     vector_env: Literal["sync", "async"] = "sync"
     """Vector-env backend; async runs each env in its own process."""
     seed: Seed = 0
@@ -302,7 +323,7 @@ class DQNHyperparameters(BaseModel):
 
     def __init__(self, **data: Any) -> None:
         try:
-            super().__init__(**data)
+            super().__init__(**python_scalars(data))
         except ValidationError as err:
             raise ConfigError(_format_validation_error(err)) from None
 

@@ -30,3 +30,10 @@ class EnvironmentStepError(FoxhuntError):
 
 class TrainingHalted(FoxhuntError):
     """A health monitor with the ``stop`` policy ended training; the message says why."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line (its type's name when it has no message), for one-line
+    warnings and errors that wrap it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

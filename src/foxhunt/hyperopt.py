@@ -31,7 +31,7 @@ import optuna
 
 from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
-from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
+from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line
 from foxhunt.runs import RunSpec, make_envs
 from foxhunt.trainer import DQNTrainer, final_env_steps
 
@@ -247,7 +247,7 @@ def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | Non
             return JournalStorage(JournalRedisBackend(storage))
     except (OSError, ImportError, ValueError) as err:
         raise ConfigError(
-            f"storage cannot be opened, got: {storage!r} ({_first_line(err)})"
+            f"storage cannot be opened, got: {storage!r} ({first_line(err)})"
         ) from None
     return storage  # an RDB URL: optuna.create_study builds (and validates) it
 
@@ -265,11 +265,6 @@ def _creation_race(err: BaseException) -> bool:
     return isinstance(err, sqlalchemy.exc.OperationalError) and (
         "already exists" in text or "locked" in text
     )
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _task(spec: RunSpec) -> dict[str, Any]:
@@ -324,7 +319,7 @@ def _open_study(
                 time.sleep(0.2 * (attempt + 1) * (1.0 + random.random()))
                 continue
             raise ConfigError(
-                f"storage cannot be opened, got: {shown!r} ({_first_line(err)})"
+                f"storage cannot be opened, got: {shown!r} ({first_line(err)})"
             ) from None
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ConfigError(

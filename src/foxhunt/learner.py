@@ -30,7 +30,7 @@ from foxhunt import losses
 from foxhunt.batch import Batch
 from foxhunt.config import DQNHyperparameters
 from foxhunt.envs.gym_envs import EnvInterface
-from foxhunt.errors import ConfigError
+from foxhunt.errors import ConfigError, first_line
 from foxhunt.networks import QNetwork
 
 log = logging.getLogger(__name__)
@@ -223,12 +223,6 @@ def _objective_inputs(batch: Batch) -> tuple[torch.Tensor | None, ...]:
     )
 
 
-def _first_line(exc: BaseException) -> str:
-    """An exception's first line, for a one-line warning."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _own_code(fn: Any) -> Any:
     """``fn`` with a code object of its own, for ``torch.compile``.
 
@@ -278,9 +272,13 @@ class DQNAgent:
                 f"action space must be Discrete, got: {action_space} (DQN needs discrete actions)"
             )
         if not isinstance(observation_space, gym.spaces.Box):
+            hint = (
+                "pass the env id, or wrap it in foxhunt.envs.gym_envs.OneHotObservation"
+                if isinstance(observation_space, gym.spaces.Discrete)
+                else "flatten it with gymnasium.wrappers.FlattenObservation"
+            )
             raise ConfigError(
-                f"observation space must be a Box, got: {observation_space} (pass the env id, "
-                "or wrap a Discrete one in foxhunt.envs.gym_envs.OneHotObservation)"
+                f"observation space must be a Box (or Discrete), got: {observation_space} ({hint})"
             )
         hp = hyperparameters
         self.hp = hp
@@ -474,7 +472,7 @@ class DQNAgent:
             outs = self._objective_backward(batch, scale)
         except Exception as exc:  # any compiler failure falls back alike
             log.warning(
-                "compile: torch.compile failed (%s); training continues eagerly", _first_line(exc)
+                "compile: torch.compile failed (%s); training continues eagerly", first_line(exc)
             )
             for p, g in zip(self.params, saved, strict=True):
                 p.grad = g
@@ -777,7 +775,7 @@ class DQNAgent:
                 raise  # it ran before: a real error, not a compiler's
             log.warning(
                 "compile: the gradient graph failed (%s); using the compiled objective instead",
-                _first_line(exc),
+                first_line(exc),
             )
             self._grad_graph = None
             raise _GraphUnavailable from exc
@@ -820,7 +818,7 @@ class DQNAgent:
             log.warning(
                 "compile: the whole-step graph failed (%s); stepping with the compiled "
                 "objective and the optimizer instead",
-                _first_line(exc),
+                first_line(exc),
             )
             self._whole_step = None
             raise _GraphUnavailable from exc

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from foxhunt._io import atomic_write_bytes
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, first_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,8 +43,7 @@ def read_metrics(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise FoxhuntError(f"metrics file {path} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FoxhuntError(f"metrics file {path} is not a valid CSV: {reason}") from None
+        raise FoxhuntError(f"metrics file {path} is not a valid CSV: {first_line(exc)}") from None
     if frame.empty:
         raise FoxhuntError(f"metrics file {path} has a header but no rows")
     return frame.apply(pd.to_numeric, errors="coerce").astype("float64")

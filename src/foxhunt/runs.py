@@ -106,6 +106,16 @@ class RunSpec(BaseModel):
     hyperparameters: DQNHyperparameters = DQNHyperparameters()
     """The agent's hyperparameters."""
 
+    @model_validator(mode="after")
+    def _budget_covers_the_envs(self) -> RunSpec:
+        n = self.hyperparameters.n_envs
+        if n > self.total_env_steps:
+            raise ValueError(
+                f"n_envs ({n}) exceeds total_env_steps ({self.total_env_steps}): one vector "
+                "step takes a step in every env"
+            )
+        return self
+
     @property
     def is_trading(self) -> bool:
         return self.env is None
@@ -784,7 +794,9 @@ def make_envs(
         raise ConfigError(f"--env {env_id!r} must have a Discrete action space, got: {space}")
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(
-            f"--env {env_id!r} must have a Box or Discrete observation space, got: {obs_space}"
+            f"--env {env_id!r} must have a Box or Discrete observation space, got: {obs_space} "
+            "(a Tuple or Dict one: register the env wrapped in "
+            "gymnasium.wrappers.FlattenObservation)"
         )
     if spec.env_kwargs:
         factory = functools.partial(make_gym_env, env_id, "env", spec.env_kwargs)

@@ -30,7 +30,7 @@ from foxhunt import distributed
 from foxhunt.batch import split_sizes
 from foxhunt.config import DQNHyperparameters
 from foxhunt.envs.gym_envs import EnvInterface
-from foxhunt.errors import ConfigError
+from foxhunt.errors import ConfigError, EnvironmentStepError, FoxhuntError, first_line
 from foxhunt.health import HealthMonitor
 from foxhunt.learner import DQNAgent
 from foxhunt.networks import stored_transposed
@@ -171,19 +171,30 @@ def final_env_steps(done: int, total: int, n_envs: int) -> int:
     return done + -(-(total - done) // n_envs) * n_envs
 
 
-# Evaluation episodes of an env registered without a time limit (CliffWalking) stop here: a
-# greedy policy that loops would otherwise never end one, and training would hang in its first
-# evaluation. ``env_kwargs.max_episode_steps`` sets the env's own limit instead.
+# Evaluation episodes of an env without a time limit (CliffWalking, or a user's instance with no
+# TimeLimit) stop here: a greedy policy that loops would otherwise never end one, and training
+# would hang in its first evaluation. ``env_kwargs.max_episode_steps`` or a TimeLimit wrapper
+# sets the env's own limit instead.
 UNLIMITED_EVAL_STEPS = 1000
 NO_STEP_LIMIT = 1_000_000  # an env that ends its own episodes: a guard, never reached in practice
 _CUT_WARNED: weakref.WeakSet[gym.Env] = weakref.WeakSet()
 
 
 def evaluation_step_limit(env: gym.Env) -> int:
-    """Steps after which an evaluation episode is cut: 1000 for an env registered without a
-    time limit; otherwise effectively none (the env's own limit, a trading span, ends it)."""
+    """Steps after which an evaluation episode is cut: 1000 for an env without a time limit
+    (registered without one, or an instance with no TimeLimit wrapper); otherwise effectively
+    none (the env's own limit, or a trading span, ends it)."""
+    from foxhunt.envs.trading import TradingEnv
+
+    if isinstance(env.unwrapped, TradingEnv):
+        return NO_STEP_LIMIT  # an episode ends with its span
+    layer: Any = env
+    while isinstance(layer, gym.Wrapper):
+        if isinstance(layer, gym.wrappers.TimeLimit):
+            return NO_STEP_LIMIT
+        layer = layer.env
     spec = env.spec
-    if spec is not None and spec.max_episode_steps is None:
+    if spec is None or spec.max_episode_steps is None:
         return UNLIMITED_EVAL_STEPS
     return NO_STEP_LIMIT
 
@@ -581,9 +592,24 @@ class DQNTrainer:
         return metrics
 
     # --- collection
+    def _env_failed(self, exc: ValueError, when: str) -> EnvironmentStepError:
+        """A ValueError out of the envs' reset or step, as one line naming the env step and the
+        observation space (an env whose observation does not fit its space fails here, inside
+        gymnasium's stacking of the sub-envs' observations, with no word of either)."""
+        space = self.envs.single_observation_space
+        return EnvironmentStepError(
+            f"environment {when} failed at env step {self.env_steps}: {first_line(exc)} "
+            f"(observations must fit the observation space {space})"
+        )
+
     def _reset_envs(self) -> None:
-        obs, _ = self.envs.reset(seed=self.hp.seed + 100_003 * self.dist.rank)
-        self._obs = np.asarray(obs, dtype=np.float32)
+        try:
+            obs, _ = self.envs.reset(seed=self.hp.seed + 100_003 * self.dist.rank)
+            self._obs = np.asarray(obs, dtype=np.float32)
+        except FoxhuntError:
+            raise
+        except ValueError as exc:
+            raise self._env_failed(exc, "reset") from exc
         self.health.check_env_step(self._obs, np.zeros(self.hp.n_envs), self.env_steps)
 
     def collect_step(self) -> None:
@@ -597,17 +623,22 @@ class DQNTrainer:
             actions = self.agent.rng.integers(0, self.agent.n_actions, size=hp.n_envs)
         else:
             actions = np.asarray(self.agent.act(obs, self.epsilon))
-        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
-        next_obs = np.asarray(next_obs, dtype=np.float32)
-        rewards = np.asarray(rewards, dtype=np.float64)
-        ended = np.logical_or(terminated, truncated)
-        any_ended = bool(ended.any())
-        real_next = next_obs
-        if any_ended:
-            real_next = next_obs.copy()
-            final = infos["final_obs"]
-            for i in np.flatnonzero(ended):
-                real_next[i] = np.asarray(final[i], dtype=np.float32)
+        try:
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+            next_obs = np.asarray(next_obs, dtype=np.float32)
+            rewards = np.asarray(rewards, dtype=np.float64)
+            ended = np.logical_or(terminated, truncated)
+            any_ended = bool(ended.any())
+            real_next = next_obs
+            if any_ended:
+                real_next = next_obs.copy()
+                final = infos["final_obs"]
+                for i in np.flatnonzero(ended):
+                    real_next[i] = np.asarray(final[i], dtype=np.float32)
+        except FoxhuntError:
+            raise
+        except ValueError as exc:
+            raise self._env_failed(exc, "step") from exc
         self.health.check_env_step(real_next, rewards, self.env_steps + hp.n_envs)
         if any_ended:  # the autoreset observations start the next episodes: check them too
             self.health.check_env_step(next_obs, rewards, self.env_steps + hp.n_envs)

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from foxhunt.errors import ConfigError
+from foxhunt.errors import ConfigError, first_line
 
 ONE_HOT_KEY = "foxhunt_one_hot_observation"
 ACTION_START_KEY = "foxhunt_action_start"
@@ -149,9 +149,8 @@ def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None =
     except (gym.error.DependencyNotInstalled, ImportError) as err:
         # ImportError: an env id naming a module to import first ("pkg:Env-v0"), or an env
         # whose implementation imports an optional package (phys2d/ needs jax).
-        first = str(err).splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(
-            f"{name} {env_id!r} needs a package that is not installed: {first}"
+            f"{name} {env_id!r} needs a package that is not installed: {first_line(err)}"
         ) from None
     except gym.error.DeprecatedEnv as err:
         raise ConfigError(f"{name} {env_id!r}: {str(err).splitlines()[0]}") from None
@@ -160,9 +159,12 @@ def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None =
             f"{name} must be a registered Gymnasium id, got: {env_id!r} "
             f"({str(err).splitlines()[0]})"
         ) from None
-    except (TypeError, ValueError) as err:
+    except Exception as err:
+        # With keyword arguments given, the env's constructor failing is about them, whatever
+        # it raises (FrozenLake's map_name='9x9' is a KeyError); without, it is the env's own.
         if not kwargs:
             raise
-        first = str(err).splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"env_kwargs {kwargs!r} for {env_id!r}: {first}") from None
+        kind = "" if isinstance(err, TypeError | ValueError) else f"{type(err).__name__} "
+        why = f"{kind}{first_line(err)}"
+        raise ConfigError(f"env_kwargs {kwargs!r} for {env_id!r}: {why}") from None
     return prepare_env(env)

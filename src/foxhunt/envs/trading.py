@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from foxhunt.config import python_scalars
 from foxhunt.errors import ConfigError, DataError, EnvironmentStepError
 from foxhunt.markets.arrays import MarketArrays
 
@@ -77,7 +78,7 @@ class TradingEnvConfig(BaseModel):
 
     def __init__(self, **data: Any) -> None:
         try:
-            super().__init__(**data)
+            super().__init__(**python_scalars(data))
         except ValidationError as exc:
             # Named as users set it: trading.window (--set, config files), not the class.
             raise ConfigError(_one_line(exc, "trading")) from None
