@@ -251,12 +251,22 @@ def test_image_observations_act_evaluate_save_and_load(tmp_path) -> None:  # typ
         assert agent.act(batch).shape == (3,)
         with pytest.raises(ValueError, match=r"shape \(3, 4, 4\).*got: \(4, 4\)"):
             agent.act(one[0])
+        # 0-255 pixels reach the network as [0, 1] (as 0-255, an MLP's first Q-values ran
+        # into the hundreds and the divergence monitor stopped the run): replay holds the
+        # scaled values, and predict() takes the env's own uint8 observation.
+        assert agent.env_interface.scale == pytest.approx(1 / 255)
+        stored = trainer.replay.obs[: trainer.replay.size]
+        assert float(stored.max()) <= 1.0 and float(stored.max()) > 0.5
+        scaled = batch.astype(np.float32) * np.float32(1 / 255)
+        np.testing.assert_array_equal(agent.predict(batch), agent.act(scaled))
         trainer.save(tmp_path / "model")
     finally:
         trainer.close()
     loaded = foxhunt.load_model(str(tmp_path / "model"))
     assert loaded.obs_shape == (3, 4, 4)
+    assert loaded.env_interface == agent.env_interface
     np.testing.assert_array_equal(loaded.greedy_actions(batch), agent.greedy_actions(batch))
+    np.testing.assert_array_equal(loaded.predict(batch), agent.predict(batch))
 
 
 def test_a_cut_off_evaluation_episode_is_warned(caplog: pytest.LogCaptureFixture) -> None:

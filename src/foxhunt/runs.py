@@ -962,10 +962,12 @@ def _env_interface(meta: dict[str, Any], meta_path: Path, dims: dict[str, int]) 
         return EnvInterface(known=False)
     one_hot = raw.get("one_hot_observation") if isinstance(raw, dict) else None
     start = raw.get("action_start") if isinstance(raw, dict) else None
+    scale = raw.get("observation_scale") if isinstance(raw, dict) else None
     valid = (
         isinstance(raw, dict)
-        and set(raw) == {"one_hot_observation", "action_start"}
+        and set(raw) - {"observation_scale"} == {"one_hot_observation", "action_start"}
         and type(start) is int
+        and (scale is None or (type(scale) is float and math.isfinite(scale) and scale > 0))
         and (
             one_hot is None
             or (
@@ -979,10 +981,10 @@ def _env_interface(meta: dict[str, Any], meta_path: Path, dims: dict[str, int]) 
     if not valid:
         raise FoxhuntError(
             f"{meta_path}: env_interface must be {{'one_hot_observation': null or [n, start] "
-            f"with n = obs_dim ({dims['obs_dim']}), 'action_start': an integer}}, got: "
-            f"{raw!r:.80}"
+            f"with n = obs_dim ({dims['obs_dim']}), 'action_start': an integer[, "
+            f"'observation_scale': a positive number]}}, got: {raw!r:.80}"
         )
-    return EnvInterface(None if one_hot is None else (one_hot[0], one_hot[1]), start)
+    return EnvInterface(None if one_hot is None else (one_hot[0], one_hot[1]), start, scale)
 
 
 def model_policy(agent: Any):  # type: ignore[no-untyped-def]

@@ -17,6 +17,8 @@ from foxhunt.errors import ConfigError, first_line
 
 ONE_HOT_KEY = "foxhunt_one_hot_observation"
 ACTION_START_KEY = "foxhunt_action_start"
+SCALE_KEY = "foxhunt_observation_scale"
+PIXEL_SCALE = 1.0 / 255.0
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class EnvInterface:
     one_hot: tuple[int, int] | None = None
     """``(n, start)`` of a Discrete observation space the network sees one-hot; None: as is."""
     action_start: int = 0
+    scale: float | None = None
+    """Factor from the env's observations to the network's (1/255 for 0-255 uint8 ones)."""
     known: bool = True
     """False for a model saved before the interface was recorded: it acts as the identity, and
     an ensemble takes its members' recorded interface instead."""
@@ -38,20 +42,29 @@ class EnvInterface:
         """The interface :func:`prepare_env`'s wrappers recorded in an env's (or a vector
         env's) metadata."""
         meta = metadata or {}
-        one_hot = meta.get(ONE_HOT_KEY)
+        one_hot, scale = meta.get(ONE_HOT_KEY), meta.get(SCALE_KEY)
         return cls(
             None if one_hot is None else (int(one_hot[0]), int(one_hot[1])),
             int(meta.get(ACTION_START_KEY, 0)),
+            None if scale is None else float(scale),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "one_hot_observation": None if self.one_hot is None else list(self.one_hot),
             "action_start": self.action_start,
         }
+        if self.scale is not None:
+            out["observation_scale"] = self.scale
+        return out
 
     def observations(self, observation: Any) -> Any:
         """The env's observation (or a batch of them) as the network takes it."""
+        if self.scale is not None:
+            try:
+                return np.asarray(observation, dtype=np.float32) * np.float32(self.scale)
+            except (TypeError, ValueError):
+                return observation  # not numbers: the agent names what it got
         if self.one_hot is None:
             return observation  # the network's input already: checked by the agent
         n, start = self.one_hot
@@ -111,6 +124,33 @@ class OneHotObservation(gym.ObservationWrapper):
         return out
 
 
+class PixelObservation(gym.ObservationWrapper):
+    """A ``Box(0, 255)`` uint8 observation (pixels, an Atari RAM) as float32 in [0, 1]: fed to
+    an MLP as 0-255 its first Q-values run into the hundreds, and the Q-divergence monitor
+    stops the run within a few steps. Stable-Baselines3 divides images by 255 the same way."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not is_pixel_space(space):
+            raise ConfigError(f"PixelObservation needs a Box(0, 255) uint8 space, got: {space}")
+        self.observation_space = gym.spaces.Box(0.0, 1.0, space.shape, np.float32)
+        self.metadata = {**env.metadata, SCALE_KEY: PIXEL_SCALE}
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.asarray(observation, dtype=np.float32) * np.float32(PIXEL_SCALE)
+
+
+def is_pixel_space(space: gym.Space) -> bool:
+    """A uint8 Box spanning 0-255 in every entry: pixels or bytes, not quantities."""
+    return (
+        isinstance(space, gym.spaces.Box)
+        and space.dtype == np.uint8
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+    )
+
+
 class ActionIndex(gym.ActionWrapper):
     """A ``Discrete(n, start=s)`` action space seen as ``Discrete(n)``: the Q-network's action
     index ``i`` is the env's action ``s + i``. Without it, index 0 would be sent as action 0,
@@ -130,11 +170,13 @@ class ActionIndex(gym.ActionWrapper):
 
 
 def prepare_env(env: gym.Env) -> gym.Env:
-    """The env as a Q-network needs it: Discrete observations one-hot encoded, Discrete actions
-    counted from 0. Applied to every env foxhunt steps (by id, instance or factory), so one
-    trains and evaluates the same way however it was passed."""
+    """The env as a Q-network needs it: Discrete observations one-hot encoded, 0-255 uint8 ones
+    scaled to [0, 1], Discrete actions counted from 0. Applied to every env foxhunt steps (by
+    id, instance or factory), so one trains and evaluates the same way however it was passed."""
     if isinstance(env.observation_space, gym.spaces.Discrete):
         env = OneHotObservation(env)
+    elif is_pixel_space(env.observation_space):
+        env = PixelObservation(env)
     space = env.action_space
     if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
         env = ActionIndex(env)
