@@ -51,8 +51,9 @@ def run_one(seed: int, variant: str, steps: int | None, smoke: bool, root: Path)
         "agent_sharpe": m["agent"]["sharpe"],
         "buy_and_hold_log_return": m["buy & hold"]["total_log_return"],
         "buy_and_hold_sharpe": m["buy & hold"]["sharpe"],
-        "regime_rule_log_return": m["regime rule"]["total_log_return"],
-        "regime_rule_sharpe": m["regime rule"]["sharpe"],
+        # The regime rule needs a detector with states (not detector: none).
+        "regime_rule_log_return": m.get("regime rule", {}).get("total_log_return"),
+        "regime_rule_sharpe": m.get("regime rule", {}).get("sharpe"),
         "oracle_log_return": m[oracle]["total_log_return"],
         "oracle_capture": out["oracle_capture"],
     }
@@ -78,11 +79,12 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         "agent_sharpe": first["buy_and_hold_sharpe"],
         "oracle_capture": first["buy_and_hold_log_return"] / first["oracle_log_return"],
     }
-    out["regime_rule"] = {
-        "agent_log_return": first["regime_rule_log_return"],
-        "agent_sharpe": first["regime_rule_sharpe"],
-        "oracle_capture": first["regime_rule_log_return"] / first["oracle_log_return"],
-    }
+    if first["regime_rule_log_return"] is not None:
+        out["regime_rule"] = {
+            "agent_log_return": first["regime_rule_log_return"],
+            "agent_sharpe": first["regime_rule_sharpe"],
+            "oracle_capture": first["regime_rule_log_return"] / first["oracle_log_return"],
+        }
     return out
 
 

@@ -309,9 +309,13 @@ def test_regime_rule_holds_each_detector_states_training_direction_causally():
     oracle, bh = bt.regime_oracle(test, cfg, reference), bt.buy_and_hold(test, cfg)
     r = rule.metrics["total_log_return"]
     assert bh.metrics["total_log_return"] < r < oracle.metrics["total_log_return"]
-    # causal: the first 200 bars decide the same with or without the rest
-    head = bt.regime_rule(test.slice(0, 200), cfg, reference)
-    np.testing.assert_array_equal(head.positions, rule.positions[: len(head.positions)])
+    # a state the detector has no opinion on (uniform warm-up rows) is held flat and left out
+    # of the training statistics, not counted as state 0
+    test.regime_probs[10:20] = 0.5
+    warm = bt.regime_rule(test, cfg, reference)
+    assert (warm.positions[10 - 4 : 20 - 4] == 0.0).all()
+    reference.regime_probs[:60] = 0.5
+    assert bt.regime_rule_positions(reference, cfg) == expected
     # long-only: the falling state is held flat
     assert bt.regime_rule_positions(
         reference, TradingEnvConfig(window=5, positions=(0.0, 1.0))

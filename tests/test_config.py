@@ -447,7 +447,7 @@ def test_numpy_numbers_from_sweeps_are_the_numbers_they_hold():
     hp = DQNHyperparameters(
         batch_size=np.int64(32),
         learning_rate=np.float32(1e-3),
-        hidden_sizes=[np.int32(8), np.int64(4)],
+        hidden_sizes=np.array([8, 4]),
         dueling=np.bool_(False),
     )
     assert hp.batch_size == 32 and type(hp.batch_size) is int

@@ -337,7 +337,7 @@ def test_an_observation_that_does_not_fit_the_space_is_one_line(when: str) -> No
             trainer.learn(20)
         message = str(info.value)
         assert f"environment {when} failed at env step 0" in message and "\n" not in message
-        assert "observations must fit the observation space Box(" in message
+        assert "an observation that does not fit the observation space Box(" in message
         assert trainer.replay.size == 0
     finally:
         trainer.close()
@@ -508,7 +508,7 @@ def test_evaluation_episodes_of_an_env_without_a_time_limit_end(caplog):
     # Every step costs -1 (a cliff -100): a cut episode returns at most -1000.
     assert first <= -UNLIMITED_EVAL_STEPS
     assert "cut off after 1000 steps" in caplog.text
-    assert "env_kwargs.max_episode_steps" in caplog.text
+    assert "env_kwargs.max_episode_steps" in caplog.text and "TimeLimit(env, N)" in caplog.text
     caplog.clear()
     trainer.evaluate(2)
     assert "cut off" not in caplog.text  # said once per env, not at every evaluation
@@ -552,3 +552,22 @@ def test_a_tuple_observation_space_is_refused_with_the_wrapper_that_flattens_it(
         assert trainer.env_steps == 30 and trainer.agent.obs_dim == 32 + 11 + 2
     finally:
         trainer.close()
+
+
+def test_an_env_constructor_bug_is_not_blamed_on_env_kwargs():
+    """A bad argument's errors (TypeError, ValueError, KeyError...) name env_kwargs in one line;
+    a bug in the constructor (AttributeError) is the env's own and keeps its traceback."""
+
+    class Buggy(_Counter):
+        def __init__(self, size: int = 1) -> None:
+            super().__init__()
+            self.missing.attribute  # noqa: B018 - the bug under test
+
+    gym.register("foxhunt-test/Buggy-v0", entry_point=Buggy)
+    try:
+        with pytest.raises(AttributeError):
+            make_gym_env("foxhunt-test/Buggy-v0", kwargs={"size": 4})
+        with pytest.raises(ConfigError, match=r"env_kwargs \{'map_name': '9x9'\}.*KeyError"):
+            make_gym_env("FrozenLake-v1", kwargs={"map_name": "9x9"})
+    finally:
+        gym.registry.pop("foxhunt-test/Buggy-v0")

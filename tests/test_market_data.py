@@ -290,7 +290,7 @@ def test_a_price_after_the_close_of_a_headerless_file_is_not_read_as_volume(tmp_
     )
     df = load_ohlcv(write(tmp_path, kraken, "kraken.csv"))
     np.testing.assert_allclose(df["volume"], np.round(b["v"], 8))
-    assert "column 6 lies within every bar's low-high range" in caplog.text
+    assert "column 6 lies within every bar's low-high range: a price" in caplog.text
     days = pd.date_range("2020-01-01", periods=60, freq="D")
     adjusted = b["c"] * np.where(np.arange(60) < 30, 0.95, 1.0)  # a dividend on day 30
     yahoo = "".join(
@@ -300,11 +300,20 @@ def test_a_price_after_the_close_of_a_headerless_file_is_not_read_as_volume(tmp_
     )
     df = load_ohlcv(write(tmp_path, yahoo, "yahoo.csv"))
     np.testing.assert_array_equal(df["volume"], (b["v"] * 1000).astype(int))
-    # With no column after the price, nothing is left to call volume: a header is asked for.
+    assert "column 6 moves with the close: a price" in caplog.text
+    # With no column after the price, nothing is left to call volume: read without one.
     vwap_only = "".join(line.rsplit(",", 2)[0] + "\n" for line in kraken.splitlines())
-    with pytest.raises(DataError) as err:
-        load_ohlcv(write(tmp_path, vwap_only, "vwap.csv"))
-    assert_one_line(err, "vwap.csv", "column 6", "holds prices", "add a header row")
+    assert (load_ohlcv(write(tmp_path, vwap_only, "vwap.csv"))["volume"] == 0).all()
+    assert "the file is read without volume" in caplog.text
+    # Tick counts that repeat (1 on most minute bars of a quiet market) are no price.
+    b = _headerless_bars(n=200, seed=1)
+    ticks = np.where(np.arange(200) % 3 == 0, 2, 1)
+    mt5 = "".join(
+        f"2024.01.02,{i // 60:02d}:{i % 60:02d},{b['o'][i]:.3f},{b['h'][i]:.3f},{b['l'][i]:.3f},"
+        f"{b['c'][i]:.3f},{ticks[i]},0,3\n"
+        for i in range(200)
+    )
+    np.testing.assert_array_equal(load_ohlcv(write(tmp_path, mt5, "mt5.csv"))["volume"], ticks)
 
 
 def test_a_headerless_file_in_another_order_is_refused_with_a_hint(tmp_path):

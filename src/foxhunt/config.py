@@ -97,6 +97,8 @@ def python_scalars(value: Any) -> Any:
     if isinstance(value, np.floating):
         # str() of a float32 is its shortest round-tripping decimal: the number that was meant.
         return float(str(value)) if value.dtype.itemsize < 8 else float(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()  # Python numbers, nested lists for more dimensions
     if isinstance(value, list | tuple):
         return type(value)(python_scalars(v) for v in value)
     if isinstance(value, dict):

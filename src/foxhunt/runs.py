@@ -106,16 +106,6 @@ class RunSpec(BaseModel):
     hyperparameters: DQNHyperparameters = DQNHyperparameters()
     """The agent's hyperparameters."""
 
-    @model_validator(mode="after")
-    def _budget_covers_the_envs(self) -> RunSpec:
-        n = self.hyperparameters.n_envs
-        if n > self.total_env_steps:
-            raise ValueError(
-                f"n_envs ({n}) exceeds total_env_steps ({self.total_env_steps}): one vector "
-                "step takes a step in every env"
-            )
-        return self
-
     @property
     def is_trading(self) -> bool:
         return self.env is None
@@ -351,6 +341,11 @@ def build_spec(
         )
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None
+    if hp.n_envs > spec.total_env_steps:  # checked for new runs only: old ones still load
+        raise ConfigError(
+            f"n_envs ({hp.n_envs}) exceeds total_env_steps ({spec.total_env_steps}): one vector "
+            "step takes a step in every env"
+        )
     if trading:
         spec.trading_config()  # validate now, before anything is written
     return spec

@@ -235,8 +235,9 @@ def episode_returns(
         _CUT_WARNED.add(env)
         (log.warning if first else log.info)(
             "%d of %d evaluation episodes cut off after %d steps without ending: their returns "
-            "count only those steps (the env has no time limit: set one with --set "
-            "env_kwargs.max_episode_steps=N, or gymnasium.wrappers.TimeLimit)",
+            "count only those steps (the env has no registered time limit and no TimeLimit "
+            "wrapper: wrap an instance in gymnasium.wrappers.TimeLimit(env, N); for an env id, "
+            "--set env_kwargs.max_episode_steps=N)",
             cut,
             len(seeds),
             max_steps,
@@ -598,8 +599,9 @@ class DQNTrainer:
         gymnasium's stacking of the sub-envs' observations, with no word of either)."""
         space = self.envs.single_observation_space
         return EnvironmentStepError(
-            f"environment {when} failed at env step {self.env_steps}: {first_line(exc)} "
-            f"(observations must fit the observation space {space})"
+            f"environment {when} failed at env step {self.env_steps}: ValueError: "
+            f"{first_line(exc)} (an observation that does not fit the observation space "
+            f"{space} fails this way)"
         )
 
     def _reset_envs(self) -> None:

@@ -201,9 +201,10 @@ def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None =
             f"{name} must be a registered Gymnasium id, got: {env_id!r} "
             f"({str(err).splitlines()[0]})"
         ) from None
-    except Exception as err:
-        # With keyword arguments given, the env's constructor failing is about them, whatever
-        # it raises (FrozenLake's map_name='9x9' is a KeyError); without, it is the env's own.
+    except (TypeError, ValueError, LookupError, AssertionError) as err:
+        # With keyword arguments given, the errors a constructor raises on a bad argument are
+        # about them (FrozenLake's map_name='9x9' is a KeyError); without, they are the env's
+        # own, and anything else (an AttributeError, an OSError) is a bug shown whole.
         if not kwargs:
             raise
         kind = "" if isinstance(err, TypeError | ValueError) else f"{type(err).__name__} "

@@ -297,23 +297,21 @@ def _positional_names(frame: pd.DataFrame, label: str) -> list[str]:
     names = [*lead, "open", "high", "low", "close", "volume"][:n]
     names += [f"column {i + 1}" for i in range(len(names), n)]
     at = len(lead) + 4  # where the volume is read from
-    if n > at and _follows_prices(frame, len(lead), at):
-        if n > at + 1 and not _follows_prices(frame, len(lead), at + 1):
-            names[at], names[at + 1] = f"column {at + 1}", "volume"
-            log.warning(
-                "%s: column %d lies within every bar's low-high range or tracks the close, so "
-                "it is a price (a VWAP or an adjusted close), not the volume; volume is read "
-                "from column %d",
-                label,
-                at + 1,
-                at + 2,
-            )
+    why = _follows_prices(frame, len(lead), at) if n > at else None
+    if why is not None:
+        names[at] = f"column {at + 1}"
+        if n > at + 1 and _follows_prices(frame, len(lead), at + 1) is None:
+            names[at + 1] = "volume"
+            then = f"volume is read from column {at + 2}"
         else:
-            raise DataError(
-                f"{label}: no header row, and column {at + 1} (where a volume would be) holds "
-                "prices: it lies within every bar's low-high range or tracks the close (a VWAP "
-                "or an adjusted close?); add a header row naming the columns"
-            )
+            then = "the file is read without volume"
+        log.warning(
+            "%s: column %d %s: a price (a VWAP or an adjusted close), not a volume; %s",
+            label,
+            at + 1,
+            why,
+            then,
+        )
     return names
 
 
@@ -323,27 +321,33 @@ def _loose_numbers(column: pd.Series) -> np.ndarray:
     return pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64)
 
 
-def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> bool:
-    """Whether column ``at`` of a headerless frame is a price rather than a count: inside every
-    bar's low-high range, or a constant multiple of the close on most bars (an adjusted close
-    between dividends). A volume does neither over more than a handful of bars."""
+def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> str | None:
+    """How column ``at`` of a headerless frame shows itself a price rather than a count, or
+    None: it lies inside every bar's low-high range, or it moves with the close (by the same
+    factor on the bars where the close moved by 0.1% or more: an adjusted close between
+    dividends). A volume does neither over 20 bars; repeated or constant volumes (tick counts
+    of 1) are no evidence, as the close has to move for the second test to count a bar."""
     head = frame.iloc[:2000]
     high, low, close, value = (
         _loose_numbers(head.iloc[:, i]) for i in (open_at + 1, open_at + 2, open_at + 3, at)
     )
     ok = np.isfinite(high) & np.isfinite(low) & np.isfinite(close) & np.isfinite(value)
-    if ok.sum() < 5:
-        return False
+    if ok.sum() < 20:
+        return None
     high, low, close, value = high[ok], low[ok], close[ok], value[ok]
     if np.ptp(value) == 0:  # a constant column (a placeholder volume) is no price
-        return False
+        return None
     slack = 1e-9 * np.maximum(np.abs(high), np.abs(low))
     if np.all((value >= low - slack) & (value <= high + slack)):
-        return True
+        return "lies within every bar's low-high range"
     if (value <= 0).any() or (close <= 0).any():
-        return False
-    steps = np.abs(np.diff(np.log(value / close)))
-    return bool(np.mean(steps < 1e-4) > 0.5)
+        return None
+    moves = np.diff(np.log(close))
+    moved = np.abs(moves) >= 1e-3
+    if moved.sum() < 10:
+        return None
+    along = np.abs(np.diff(np.log(value))[moved] - moves[moved]) < 5e-4
+    return "moves with the close" if along.mean() > 0.5 else None
 
 
 def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
