@@ -282,3 +282,105 @@ def test_ctrl_c_with_async_env_workers_stops_cleanly(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "checkpoint saved: continue with" in err and "Traceback" not in err, err
     assert "Broken pipe" not in err
+
+
+def test_a_stop_during_the_final_save_is_finished_by_resume(tmp_path: Path, monkeypatch) -> None:
+    """The final checkpoint is written before the model: a run stopped between the two (a
+    crash, a stop signal during the save) has finished training. `foxhunt resume` used to call
+    it complete and `evaluate` unfinished, so nothing could finish it; resume now writes the
+    model from the checkpoint, the one an uninterrupted run writes. So does an extension
+    (`resume --total-steps`) stopped before its first checkpoint: config.yaml's total holds."""
+    import json
+
+    import foxhunt.session as session
+    from foxhunt.runs import build_spec
+
+    overrides = {"eval_interval": 400, "eval_episodes": 2, "checkpoint_interval": 400}
+    spec = build_spec(env="CartPole-v1", total_steps=800, overrides=overrides, seed=3)
+    session.run_training(spec, tmp_path / "straight", progress=False)
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise Stop
+
+    with monkeypatch.context() as m:
+        m.setattr(session, "save_model", stop)
+        with pytest.raises(Stop):
+            session.run_training(spec, tmp_path / "stopped", progress=False)
+    stopped = tmp_path / "stopped"
+    assert not (stopped / "model.json").exists() and (stopped / "checkpoints").is_dir()
+    summary = session.resume_training(stopped, progress=False)
+    assert summary["env_steps"] == 800
+    for name in ("model.safetensors", "best_model.safetensors"):
+        done, reference = (load_file(str(d / name)) for d in (stopped, tmp_path / "straight"))
+        assert done.keys() == reference.keys()
+        assert all(torch.equal(done[k], reference[k]) for k in done), name
+    kept = json.loads((stopped / "summary.json").read_text())
+    straight = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    for key in ("env_steps", "optimizer_steps", "episodes", "best_eval_return", "health"):
+        assert kept[key] == straight[key], key
+    with pytest.raises(session.FoxhuntError, match="is complete at 800 env steps"):
+        session.resume_training(stopped, progress=False)
+
+    # An extension stopped before its first checkpoint: a plain resume finishes it.
+    with monkeypatch.context() as m:
+        m.setattr(session, "_train_loop", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+        with pytest.raises(Stop):
+            session.resume_training(stopped, total_steps=1200, progress=False)
+    assert "total_env_steps: 1200" in (stopped / "config.yaml").read_text()
+    assert session.resume_training(stopped, progress=False)["env_steps"] == 1200
+
+
+def test_resume_says_when_metrics_rows_before_the_checkpoint_are_lost(
+    tmp_path: Path, caplog
+) -> None:
+    import foxhunt.session as session
+    from foxhunt.runs import build_spec
+
+    overrides = {"eval_interval": 0, "checkpoint_interval": 400, "log_interval": 100}
+    spec = build_spec(env="CartPole-v1", total_steps=800, overrides=overrides, seed=3)
+    run = tmp_path / "run"
+    session.run_training(spec, run, progress=False)
+    session.resume_training(run, total_steps=900, progress=False)  # whole file: nothing said
+    assert "rows in between are lost" not in caplog.text
+    metrics = run / "metrics.csv"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:4]))  # to 300
+    session.resume_training(run, total_steps=1000, progress=False)
+    assert "ends at env step 300, but the run logged up to env step 900" in caplog.text
+    caplog.clear()
+    metrics.unlink()
+    session.resume_training(run, total_steps=1100, progress=False)
+    assert "ends at env step 0, but the run logged up to env step 1000" in caplog.text
+
+
+def test_a_model_behind_the_latest_checkpoint_is_said_and_resume_catches_up(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """`resume --total-steps` stopped after training on: evaluate's model is the shorter run's
+    (said), and a plain resume writes the longer run's."""
+    import json
+
+    import foxhunt
+    import foxhunt.session as session
+    from foxhunt.runs import build_spec
+
+    overrides = {"eval_interval": 0, "checkpoint_interval": 400}
+    spec = build_spec(env="CartPole-v1", total_steps=400, overrides=overrides, seed=5)
+    run = tmp_path / "run"
+    session.run_training(spec, run, progress=False)
+    foxhunt.load_model(run)
+    assert "past its model" not in caplog.text
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(session, "save_model", stop)
+        with pytest.raises(KeyboardInterrupt):
+            session.resume_training(run, total_steps=800, progress=False)
+    foxhunt.load_model(run)
+    assert "latest checkpoint (env step 800) is past its model (env step 400)" in caplog.text
+    assert session.resume_training(run, progress=False)["env_steps"] == 800
+    assert json.loads((run / "summary.json").read_text())["env_steps"] == 800

@@ -388,6 +388,37 @@ def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
         resume_ensemble(run)
 
 
+def test_ensemble_resume_never_deletes_a_member_still_training(tmp_path, trading_ensemble):
+    """A member with no checkpoint yet is started again from scratch, but not while the
+    ensemble that is training it holds it: resume is refused, the member untouched."""
+    import shutil
+
+    from foxhunt.ensemble import PLAN_FILE, resume_ensemble
+    from foxhunt.session import run_lock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(trading_ensemble / "member-0" / "config.yaml", tmp_path / "config.yaml")
+    (run / PLAN_FILE).write_text('{"members": 2}\n')
+    live = run / "member-0"
+    live.mkdir()
+    shutil.copy(tmp_path / "config.yaml", live / "config.yaml")
+    (live / "metrics.csv").write_text("env_steps\n")
+    in_use = pytest.raises(FoxhuntError, match="member-0 is in use by another foxhunt process")
+    with run_lock(live), in_use:  # as the training process holds it
+        resume_ensemble(run)
+    assert (live / "metrics.csv").is_file()
+
+
+def test_an_ensemble_on_a_bad_market_file_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2\n")
+    spec = build_spec(data=str(bad), preset_name="default", overrides=TINY, total_steps=600)
+    with pytest.raises(FoxhuntError, match="missing column"):
+        train_ensemble(spec, tmp_path / "run", 2)
+    assert not (tmp_path / "run").exists()
+
+
 def test_train_ensemble_rejects_bad_inputs(tmp_path, trading_ensemble):
     spec = load_spec(trading_ensemble)
     with pytest.raises(ConfigError, match="n_members must be an integer of at least 2, got: 1"):

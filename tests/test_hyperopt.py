@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -359,12 +360,28 @@ def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(
         return learn(self, *args, **kwargs)
 
     monkeypatch.setattr(DQNTrainer, "learn", interrupt_second)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stopped:
         run_hyperopt(tiny_spec(), n_trials=3, run_dir=tmp_path)
     assert calls["n"] == 2  # the study stopped: no third trial
+    assert stopped.value.signum == signal.SIGINT  # type: ignore[attr-defined]
     rows = (tmp_path / "trials.csv").read_text().splitlines()
     assert len(rows) == 3 and "interrupted (Ctrl-C)" in rows[2]
     assert (tmp_path / "best_config.yaml").is_file()
+    # SIGTERM (kill, a scheduler) is told apart, so the CLI exits 143 as training does.
+    calls["n"] = 0
+
+    def terminate_second(self: DQNTrainer, *args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise TrainingInterrupted(self.env_steps, None, signal.SIGTERM)
+        return learn(self, *args, **kwargs)
+
+    monkeypatch.setattr(DQNTrainer, "learn", terminate_second)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run_hyperopt(tiny_spec(), n_trials=3, run_dir=tmp_path / "term")
+    assert stopped.value.signum == signal.SIGTERM  # type: ignore[attr-defined]
+    rows = (tmp_path / "term" / "trials.csv").read_text().splitlines()
+    assert "terminated (SIGTERM)" in rows[2]
 
 
 def test_workers_racing_to_create_a_new_database_both_join(

@@ -344,7 +344,6 @@ def train_ensemble(
 
 
 def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool) -> list[Path]:
-    from foxhunt import distributed
     from foxhunt.session import require_new_dir, run_training
 
     if isinstance(n_members, bool) or not isinstance(n_members, int) or n_members < 2:
@@ -364,11 +363,18 @@ def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool
         from foxhunt.runs import make_envs
 
         make_envs(spec)
-    if distributed.current().is_main:  # what `ensemble resume` needs if training stops part way
+
+    def write_plan() -> None:
+        """What `ensemble resume` needs if training stops part way, written once the first
+        member's trainer is built (a bad market file fails before it, leaving nothing)."""
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / PLAN_FILE, json.dumps({"members": n_members}) + "\n")
-    for member_spec, path in zip(specs, paths, strict=True):
-        run_training(member_spec, path, progress=progress)
+
+    for i, (member_spec, path) in enumerate(zip(specs, paths, strict=True)):
+        # before_write runs on the main process only (data-parallel workers write nothing).
+        run_training(
+            member_spec, path, progress=progress, before_write=write_plan if i == 0 else None
+        )
     return _finish_ensemble(spec, run_dir, paths, seeds)
 
 
@@ -429,7 +435,7 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
     import shutil
 
     from foxhunt.runs import check_same_data, read_data_record
-    from foxhunt.session import resume_training, run_training
+    from foxhunt.session import assert_not_in_use, resume_training, run_training
 
     run_dir = Path(run_dir)
     if (run_dir / ENSEMBLE_FILE).is_file():
@@ -464,6 +470,7 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
             resume_training(path, progress=progress)
             continue
         if path.exists():
+            assert_not_in_use(path)  # a member still training (its ensemble runs) is refused
             shutil.rmtree(path)  # started, but stopped before its first checkpoint
         run_training(base.model_copy(update={"hyperparameters": hp.replace(seed=seed)}), path,
                      progress=progress)  # fmt: skip

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import random
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -201,12 +202,15 @@ def objective(
         value = trainer.evaluate()
     except TrainingHalted as err:
         raise _prune(trial, f"training halted: {err}") from None
-    except KeyboardInterrupt:
-        # Ctrl-C: end this trial as pruned and stop the study after it, so the trials already
-        # finished still reach trials.csv and best_config.yaml (the caller re-raises after).
+    except KeyboardInterrupt as err:
+        # Ctrl-C or SIGTERM: end this trial as pruned and stop the study after it, so the trials
+        # already finished still reach trials.csv and best_config.yaml (the caller re-raises
+        # after, with the signal, so the CLI exits 130 or 143 as a training run does).
+        signum = int(getattr(err, "signum", 0) or signal.SIGINT)
         trial.study.stop()
-        trial.set_user_attr(_ATTR_INTERRUPTED, True)
-        raise _prune(trial, "interrupted (Ctrl-C)") from None
+        trial.set_user_attr(_ATTR_INTERRUPTED, signum)
+        how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
+        raise _prune(trial, how) from None
     finally:
         trainer.close()
     if not math.isfinite(value):
@@ -265,6 +269,14 @@ def _creation_race(err: BaseException) -> bool:
     return isinstance(err, sqlalchemy.exc.OperationalError) and (
         "already exists" in text or "locked" in text
     )
+
+
+class StudyInterrupted(KeyboardInterrupt):
+    """A study stopped by Ctrl-C or SIGTERM (``signum``) once its files were written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"study stopped by signal {signum}")
+        self.signum = signum
 
 
 def _task(spec: RunSpec) -> dict[str, Any]:
@@ -427,7 +439,7 @@ def run_hyperopt(
     frozen = frozenset(fixed)
     envs = make_envs(spec)  # validates the environment / market before any trial starts
     study = _open_study(spec, storage, study_name, sampler_seed)
-    interrupted = False
+    interrupted = 0  # the signal that stopped this process's study; 0 while none did
 
     def run_trial(trial: optuna.Trial) -> float:
         nonlocal interrupted
@@ -436,7 +448,7 @@ def run_hyperopt(
         except optuna.TrialPruned:
             # This process's Ctrl-C (another process's interrupted trial in a shared study
             # must not stop this one).
-            interrupted = interrupted or bool(trial.user_attrs.get(_ATTR_INTERRUPTED))
+            interrupted = interrupted or int(trial.user_attrs.get(_ATTR_INTERRUPTED) or 0)
             raise
 
     study.optimize(run_trial, n_trials=n_trials)
@@ -451,7 +463,7 @@ def run_hyperopt(
         identity = json.dumps(study_identity(study_name, storage), indent=2) + "\n"
         atomic_write_text(out_dir / STUDY_FILE, identity)
     if interrupted and not complete:
-        raise KeyboardInterrupt
+        raise StudyInterrupted(interrupted)
     if not complete:
         reasons = Counter(t.user_attrs.get(_ATTR_REASON, "failed") for t in trials)
         common = reasons.most_common(1)[0][0] if reasons else "no trials"
@@ -480,5 +492,5 @@ def run_hyperopt(
     }
     if interrupted:  # the files describe the trials finished before Ctrl-C
         log.warning("hyperopt interrupted: %d trial(s) complete, files written", len(complete))
-        raise KeyboardInterrupt
+        raise StudyInterrupted(interrupted)
     return summary

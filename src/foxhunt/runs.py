@@ -827,6 +827,28 @@ def save_model(
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
 
+def _warn_checkpoint_past_model(run_dir: Path) -> None:
+    """Say when the run trained on past its model (``resume --total-steps`` stopped part way):
+    the model is the earlier run's, and ``foxhunt resume`` finishes the longer one."""
+    try:
+        latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+        done = json.loads((run_dir / "summary.json").read_text())["env_steps"]
+        step = latest["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no checkpoint or summary to compare (the loader checks what it needs)
+    if isinstance(step, int) and isinstance(done, int) and step > done:
+        log.warning(
+            "%s: its latest checkpoint (env step %d) is past its model (env step %d): a resume "
+            "stopped part way, and this is the model of env step %d (`foxhunt resume %s` "
+            "finishes the run)",
+            run_dir,
+            step,
+            done,
+            done,
+            run_dir,
+        )
+
+
 _MODEL_DIMS = {"obs_dim": 1, "n_actions": 1, "n_regimes": 0}
 """model.json's integer fields and their smallest valid values."""
 
@@ -878,6 +900,7 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
             unfinished = (run_dir / "checkpoints").is_dir()
             hint = f" (training stopped early: `foxhunt resume {run_dir}`)" if unfinished else ""
             raise FoxhuntError(f"run directory has no trained model: {p} is missing{hint}")
+    _warn_checkpoint_past_model(run_dir)
     meta = read_json_object(meta_path, "model description")
     if meta.get("format") != "foxhunt-model" or meta.get("format_version") != 1:
         raise FoxhuntError(

@@ -152,6 +152,18 @@ def _build_trainer(
     return trainer, setup
 
 
+def _finished(run_dir: Path, trainer: DQNTrainer) -> bool:
+    """Whether the run's model and summary are those of the trainer's env step (an extension
+    stopped part way leaves the previous, shorter run's in place)."""
+    if not all((run_dir / n).is_file() for n in ("model.json", "model.safetensors")):
+        return False
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and summary.get("env_steps") == trainer.env_steps
+
+
 def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
     save_model(run_dir, trainer.agent, best_state=trainer.best_state)
     summary = {**summary, "health": [e.__dict__ for e in trainer.health.events]}
@@ -345,6 +357,30 @@ def _resume(
     try:
         restore_state(trainer, tensors, state)
         total = total_steps or trainer.total_env_steps or spec.total_env_steps
+        if total_steps is None and trainer.env_steps >= total and spec.total_env_steps > total:
+            # `resume --total-steps N` wrote N into config.yaml and stopped before its first
+            # checkpoint: the extension asked for is still the one to finish.
+            total = spec.total_env_steps
+            log.warning(
+                "%s: continuing to config.yaml's %d env steps (an extension stopped before its "
+                "first checkpoint)",
+                run_dir,
+                total,
+            )
+        if total_steps is None and trainer.env_steps >= total and not _finished(run_dir, trainer):
+            # Stopped after the final checkpoint, before the model was written (a crash or a
+            # stop signal during the final save): the checkpoint holds the finished run.
+            log.warning(
+                "%s: training reached its %d env steps but stopped before writing its model; "
+                "writing it from %s",
+                run_dir,
+                trainer.env_steps,
+                path.name,
+            )
+            trainer.close()
+            summary = trainer.summary()
+            _finish(trainer, run_dir, summary)
+            return summary
         if total <= trainer.env_steps:
             if total_steps is None:
                 raise FoxhuntError(
@@ -360,6 +396,7 @@ def _resume(
         trainer.logger = MetricLogger(
             run_dir, resume=True, truncate_after_env_steps=trainer.env_steps
         )
+        _warn_lost_metrics(trainer, trainer.logger.csv_path)
         if total != spec.total_env_steps:
             spec = spec.model_copy(update={"total_env_steps": total})
             atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
@@ -371,6 +408,25 @@ def _resume(
         trainer.close()  # async env workers too: nothing is left running on an error
         raise
     return _train_loop(trainer, spec, run_dir, total, progress)
+
+
+def _warn_lost_metrics(trainer: DQNTrainer, csv_path: Path) -> None:
+    """Say when metrics.csv lacks rows the run logged before its checkpoint (the file was cut
+    short or removed): the resumed run logs from the checkpoint on and cannot write them again."""
+    due = trainer._next_log - trainer.hp.log_interval  # the last row logged before the checkpoint
+    if due < trainer.hp.log_interval:
+        return  # no row was due yet
+    lines = [line for line in csv_path.read_text(encoding="utf-8").splitlines() if line]
+    column = lines[0].split(",").index("env_steps")
+    last = float(lines[-1].split(",")[column]) if len(lines) > 1 else 0.0
+    if last < due:
+        log.warning(
+            "%s ends at env step %d, but the run logged up to env step %d before its checkpoint: "
+            "the rows in between are lost (the file was cut short or replaced)",
+            csv_path,
+            last,
+            due,
+        )
 
 
 def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:

@@ -716,6 +716,19 @@ class DQNTrainer:
         with self._deferred_sigint():
             self._loop(total_env_steps, progress, callback)
         elapsed = time.perf_counter() - t_start
+        summary = self.summary(elapsed, self.env_steps - steps_start, updates_start)
+        if self._checkpointer is not None:
+            self.save_checkpoint()
+        return summary
+
+    def summary(
+        self, elapsed: float = 0.0, env_steps_done: int = 0, updates_start: int | None = None
+    ) -> dict[str, Any]:
+        """What ``learn`` returns (and ``summary.json`` holds): the run's counts, its
+        evaluations and, for the last ``learn`` call, its time and rates."""
+        hp = self.hp
+        if updates_start is None:
+            updates_start = self.agent.optimizer_steps
         summary = {
             "env_steps": self.env_steps,
             "optimizer_steps": self.agent.optimizer_steps,
@@ -729,7 +742,7 @@ class DQNTrainer:
             # Of which the periodic greedy evaluations (for a like-for-like time against a
             # library that evaluates nothing while training).
             "eval_time_s": self._eval_seconds,
-            "env_steps_per_s": (self.env_steps - steps_start) / max(elapsed, 1e-9),
+            "env_steps_per_s": env_steps_done / max(elapsed, 1e-9),
             "updates_per_s": (self.agent.optimizer_steps - updates_start) / max(elapsed, 1e-9),
             # How the learner ran (with compile: true, whether the whole step was one graph).
             "learner_path": self.agent.learner_path,
@@ -738,8 +751,6 @@ class DQNTrainer:
             # Every count above is this process's; the job collected world_size times the env
             # steps, and each optimizer step averaged world_size times the effective batch.
             summary["world_size"] = self.dist.world_size
-        if self._checkpointer is not None:
-            self.save_checkpoint()
         return summary
 
     def _loop(
