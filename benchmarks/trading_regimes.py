@@ -5,7 +5,7 @@ plain DQN (the same preset with one head instead of per-regime heads) for severa
 backtests both on the test span against buy-and-hold, flat, the regime rule (each detector
 state's training-span direction: what the regime input alone is worth) and the regime oracle.
 
-    python benchmarks/trading_regimes.py --jobs 2        # 10 seeds, the preset's step budget
+    python benchmarks/trading_regimes.py --jobs 2        # 20 seeds, the preset's step budget
     python benchmarks/trading_regimes.py --smoke         # seconds; checks the plumbing only
 """
 
@@ -106,7 +106,7 @@ def paired(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(20)))
     p.add_argument("--steps", type=int, default=None, help="env steps (default: the preset's)")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")

@@ -213,6 +213,9 @@ def make_data(root: Path) -> None:
     (root / "afile").write_text("not a directory\n")
     (root / "full").mkdir()
     (root / "full" / "keep.txt").write_text("user data\n")
+    (root / "project" / "src").mkdir(parents=True)  # a project's own config.yaml: no run
+    (root / "project" / "config.yaml").write_text("lr: 0.1\n")
+    (root / "project" / "src" / "main.py").write_text("print('mine')\n")
     (root / "notarun").mkdir()
 
 
@@ -327,6 +330,11 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
         "force-on-a-non-run-dir",
         [*GYM[: -len(TINY) - 2], "--run-dir", "full", "--force", *TINY],
         ("--force replaces only a foxhunt run directory", "full"),
+    ),
+    (
+        "force-on-a-project-with-a-config-yaml",
+        [*GYM[: -len(TINY) - 2], "--run-dir", "project", "--force", *TINY],
+        ("--force replaces only a foxhunt run directory", "project"),
     ),
     (
         "buffer-beyond-memory",  # 16 TB of replay: refused by the allocator on any machine

@@ -328,9 +328,9 @@ def _default_run_dir(spec: Any) -> Path:
     return Path("runs") / f"{stamp}-{name}"
 
 
-# What a foxhunt run (or ensemble) directory holds: --force replaces nothing else.
+# What a foxhunt run (or ensemble) directory holds: --force replaces nothing else. Not
+# config.yaml alone: a project directory has one too.
 _RUN_MARKERS = (
-    "config.yaml",
     "ensemble.json",
     "ensemble-plan.json",
     "metrics.csv",
@@ -362,7 +362,8 @@ def _prepare_run_dir(path: Path, force: bool) -> bool:
     if resolved == cwd or resolved in cwd.parents or resolved == Path.home().resolve():
         raise ConfigError(f"--force would delete {path} (the working or home directory); refused")
     members = (path / "member-0" / "config.yaml").is_file()  # an ensemble stopped part way
-    if not members and not any((path / marker).exists() for marker in _RUN_MARKERS):
+    foreign = (path / ".git").exists()  # a repository is never a run, whatever it holds
+    if foreign or (not members and not any((path / m).exists() for m in _RUN_MARKERS)):
         sample = ", ".join(sorted(p.name for p in path.iterdir())[:3])
         raise ConfigError(
             f"--force replaces only a foxhunt run directory; {path} holds other files "
