@@ -219,10 +219,22 @@ def test_trading_regimes_smoke(tmp_path: Path) -> None:
     assert written["benchmark"] == "trading_regimes" and written["smoke"] is True
     assert {r["variant"] for r in written["rows"]} == {"regime_conditional", "plain_dqn"}
     for row in written["rows"]:
-        for key in ("agent_log_return", "agent_sharpe", "buy_and_hold_log_return"):
+        for key in (
+            "agent_log_return",
+            "agent_sharpe",
+            "buy_and_hold_log_return",
+            "regime_rule_log_return",
+        ):
             assert math.isfinite(row[key]), (key, row[key])
         assert row["oracle_log_return"] > 0  # the oracle knows the regimes: it must profit
-    assert set(written["mean"]) == {"regime_conditional", "plain_dqn", "buy_and_hold"}
+    # the regime rule depends on the market and the detector only, not on the agent
+    assert len({r["regime_rule_log_return"] for r in written["rows"]}) == 1
+    assert set(written["mean"]) == {
+        "regime_conditional",
+        "plain_dqn",
+        "buy_and_hold",
+        "regime_rule",
+    }
     by_variant = {r["variant"]: r["agent_log_return"] for r in written["rows"]}
     pr = written["paired"]
     assert pr["seeds"] == [0]
