@@ -566,3 +566,15 @@ def test_the_python_entry_points_take_paths_refuse_frames_and_keep_torch_threads
         assert resumed["env_steps"] == 300 and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_suggested_commands_quote_a_run_directory_with_a_space(tmp_path: Path) -> None:
+    """Pasted into a shell, the hint's path must stay one argument."""
+    from foxhunt.cli import _prepare_run_dir
+    from foxhunt.errors import FoxhuntError
+
+    run = tmp_path / "my run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest.json").write_text("{}")
+    with pytest.raises(FoxhuntError, match=r"use `foxhunt resume '.*/my run'`"):
+        _prepare_run_dir(run, force=False)

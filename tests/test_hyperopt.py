@@ -409,7 +409,31 @@ def test_workers_racing_to_create_a_new_database_both_join(
     monkeypatch.setattr(ho.time, "sleep", lambda s: None)
     study = ho._open_study(tiny_spec(), f"sqlite:///{tmp_path / 's.db'}", "x", 0)
     assert calls["n"] == 2 and study.study_name == "x"
-    calls["n"] = 0
+    # a crashed worker's running trial is failed by the heartbeat, not left RUNNING for ever
+    assert study._storage.get_heartbeat_interval() == ho._HEARTBEAT_S
+    built = {"n": 0}
+    rdb = optuna.storages.RDBStorage
+
+    def count(*args: object, **kwargs: object) -> object:
+        built["n"] += 1
+        return rdb(*args, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", count)
     with pytest.raises(ConfigError, match="storage cannot be opened"):
         ho._open_study(tiny_spec(), f"sqlite:///{tmp_path / 'no' / 'dir' / 's.db'}", "x", 0)
-    assert calls["n"] == 2  # the first call "lost the race", the real error is not retried
+    assert built["n"] == 1  # a real storage error is not retried
+
+
+def test_a_trial_at_the_end_of_its_budget_completes_rather_than_being_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruning saves budget only before the end: a trial whose report comes at its last env
+    step is complete, and its value goes to the sampler."""
+    monkeypatch.setattr(optuna.trial.Trial, "should_prune", lambda self: True)
+    with pytest.raises(FoxhuntError, match="no trial completed"):  # pruned half way, each
+        run_hyperopt(tiny_spec(eval_interval=STEPS // 2), n_trials=2, run_dir=tmp_path)
+    rows = read_trials(tmp_path / "trials.csv")
+    assert all(r["state"] == "PRUNED" and "env step 300" in r["reason"] for r in rows), rows
+    spec = tiny_spec(eval_interval=STEPS)  # the only report is at the last step
+    out = run_hyperopt(spec, n_trials=2, run_dir=tmp_path / "last")
+    assert out["complete"] == 2 and out["pruned"] == 0

@@ -69,3 +69,11 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FoxhuntError(f"{path} must hold a JSON object, got: {type(data).__name__}")
     return data
+
+
+def shell_quoted(path: object) -> str:
+    """A path as a shell reads it, for the commands foxhunt's messages suggest (a run
+    directory with a space in its name must stay one argument when pasted)."""
+    import shlex
+
+    return shlex.quote(str(path))

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
+from foxhunt._io import shell_quoted
 from foxhunt.errors import ConfigError, FoxhuntError
 
 EXIT_USER_ERROR = 2
@@ -352,9 +353,10 @@ def _prepare_run_dir(path: Path, force: bool) -> bool:
         return False
     if not force:
         if (path / "ensemble-plan.json").is_file():
-            hint = f"an ensemble stopped part way: `foxhunt ensemble resume {path}`, or --force"
+            resume = f"foxhunt ensemble resume {shell_quoted(path)}"
+            hint = f"an ensemble stopped part way: `{resume}`, or --force"
         elif (path / "checkpoints" / "latest.json").is_file():
-            hint = f"use `foxhunt resume {path}`, another --run-dir, or --force"
+            hint = f"use `foxhunt resume {shell_quoted(path)}`, another --run-dir, or --force"
         else:
             hint = "it has no checkpoint to resume: another --run-dir, or --force to replace it"
         raise ConfigError(f"--run-dir already holds files: {path} ({hint})")
@@ -421,11 +423,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError(
             "resume continues a run in one process (a data-parallel checkpoint holds rank 0's "
-            f"state only): run `foxhunt resume {run_dir}` without torchrun"
+            f"state only): run `foxhunt resume {shell_quoted(run_dir)}` without torchrun"
         )
     if (run_dir / "ensemble-plan.json").is_file():
         raise ConfigError(
-            f"{run_dir} is an ensemble stopped part way: `foxhunt ensemble resume {run_dir}`"
+            f"{run_dir} is an ensemble stopped part way: `foxhunt ensemble resume "
+            f"{shell_quoted(run_dir)}`"
         )
     if (run_dir / "ensemble.json").is_file():
         raise ConfigError(
@@ -471,7 +474,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if (run_dir / "ensemble.json").is_file():
         raise ConfigError(
             f"{run_dir} is an ensemble: report a member's training (e.g. `foxhunt report "
-            f"{run_dir / 'member-0'}`); `foxhunt evaluate {run_dir}` backtests the ensemble"
+            f"{shell_quoted(run_dir / 'member-0')}`); `foxhunt evaluate "
+            f"{shell_quoted(run_dir)}` backtests the ensemble"
         )
     paths = write_run_report(run_dir)
     print(f"report written: {paths['index']}")
@@ -698,7 +702,7 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
         run_dir = err.checkpoint.parent.parent
         return (
             f"{how} at env step {err.env_steps}; checkpoint saved: continue with "
-            f"`foxhunt resume {run_dir}`"
+            f"`foxhunt resume {shell_quoted(run_dir)}`"
         )
     if isinstance(err, TrainingInterrupted):
         return f"{how} at env step {err.env_steps} (nothing to save here)"

@@ -22,6 +22,7 @@ import math
 import random
 import signal
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -194,7 +195,9 @@ def objective(
         if not math.isfinite(value):
             raise _prune(trial, f"non-finite evaluation return {value} at env step {step}")
         trial.report(float(value), step)
-        if trial.should_prune():
+        # At the end of its budget a trial completes: pruning it then saves nothing and hides
+        # its final value from the sampler.
+        if step < spec.total_env_steps and trial.should_prune():
             raise _prune(trial, f"pruner stopped it at env step {step} (eval return {value:.6g})")
 
     try:
@@ -253,10 +256,11 @@ def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | Non
         raise ConfigError(
             f"storage cannot be opened, got: {storage!r} ({first_line(err)})"
         ) from None
-    return storage  # an RDB URL: optuna.create_study builds (and validates) it
+    return storage  # an RDB URL: _open_study builds (and validates) it, with heartbeats
 
 
 _OPEN_ATTEMPTS = 6
+_HEARTBEAT_S = 60
 
 
 def _creation_race(err: BaseException) -> bool:
@@ -313,8 +317,18 @@ def _open_study(
     shown = _redact(storage) if storage is not None else None
     for attempt in range(_OPEN_ATTEMPTS):
         try:
+            backend = resolved
+            if isinstance(resolved, str):
+                # A database: every worker's running trial beats every minute, and one silent
+                # for three (a worker killed or its machine lost) is marked failed when the next
+                # trial starts, instead of staying RUNNING in the study for ever.
+                with warnings.catch_warnings():  # "experimental" since Optuna 2.9, and said so
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    backend = optuna.storages.RDBStorage(
+                        resolved, heartbeat_interval=_HEARTBEAT_S, grace_period=3 * _HEARTBEAT_S
+                    )
             study = optuna.create_study(
-                storage=resolved,
+                storage=backend,
                 sampler=sampler,
                 pruner=pruner,
                 study_name=study_name,

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object
+from foxhunt._io import atomic_write_bytes, atomic_write_text, read_json_object, shell_quoted
 from foxhunt.config import (
     RUN_KEYS,
     DQNHyperparameters,
@@ -360,7 +360,7 @@ def load_spec(run_dir: Path) -> RunSpec:
         if (run_dir / "ensemble-plan.json").is_file():
             raise FoxhuntError(
                 f"{run_dir} is an ensemble whose training stopped part way: finish it with "
-                f"`foxhunt ensemble resume {run_dir}`"
+                f"`foxhunt ensemble resume {shell_quoted(run_dir)}`"
             )
         raise FoxhuntError(f"not a foxhunt run directory (no config.yaml): {run_dir}")
     data = load_config_dict(path, flatten=False)
@@ -845,7 +845,7 @@ def _warn_checkpoint_past_model(run_dir: Path) -> None:
             step,
             done,
             done,
-            run_dir,
+            shell_quoted(run_dir),
         )
 
 
@@ -898,7 +898,8 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
     for p in (meta_path, weights):
         if not p.is_file():
             unfinished = (run_dir / "checkpoints").is_dir()
-            hint = f" (training stopped early: `foxhunt resume {run_dir}`)" if unfinished else ""
+            resume = f"foxhunt resume {shell_quoted(run_dir)}"
+            hint = f" (training stopped early: `{resume}`)" if unfinished else ""
             raise FoxhuntError(f"run directory has no trained model: {p} is missing{hint}")
     _warn_checkpoint_past_model(run_dir)
     meta = read_json_object(meta_path, "model description")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from foxhunt._io import atomic_write_text
+from foxhunt._io import atomic_write_text, shell_quoted
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
 from foxhunt.runs import (
@@ -193,7 +193,7 @@ def _train_loop(
         # evaluate scores the final weights by default; say where the better ones are kept.
         print(
             f"foxhunt: the best evaluation ({best:.4g}) beat the last ({last:.4g}); its weights "
-            f"are kept: `foxhunt evaluate {run_dir} --model best`"
+            f"are kept: `foxhunt evaluate {shell_quoted(run_dir)} --model best`"
         )
     return summary
 
