@@ -384,3 +384,47 @@ def test_a_model_behind_the_latest_checkpoint_is_said_and_resume_catches_up(
     assert "latest checkpoint (env step 800) is past its model (env step 400)" in caplog.text
     assert session.resume_training(run, progress=False)["env_steps"] == 800
     assert json.loads((run / "summary.json").read_text())["env_steps"] == 800
+
+
+def test_an_interrupted_run_is_evaluated_with_its_latest_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A run stopped part way has no model until it is resumed; `--model latest` (load_model
+    "latest") gives its latest checkpoint's policy, and on a finished run that policy is the
+    final model's, action for action."""
+    import signal as sig
+
+    import numpy as np
+
+    import foxhunt
+    import foxhunt.session as session
+    from foxhunt.errors import FoxhuntError
+    from foxhunt.runs import build_spec
+    from foxhunt.trainer import DQNTrainer, TrainingInterrupted
+
+    overrides = {"eval_interval": 0, "checkpoint_interval": 300, "learning_starts": 200}
+    spec = build_spec(env="CartPole-v1", total_steps=900, overrides=overrides, seed=2)
+    done = tmp_path / "done"
+    session.run_training(spec, done, progress=False)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    final, latest = foxhunt.load_model(done), foxhunt.load_model(done, "latest")
+    np.testing.assert_array_equal(final.predict(obs), latest.predict(obs))
+
+    collect = DQNTrainer.collect_step
+
+    def interrupt(self: DQNTrainer) -> None:
+        collect(self)
+        if self.env_steps == 600:
+            self._interrupt_requested = sig.SIGINT  # as the Ctrl-C handler sets it
+
+    monkeypatch.setattr(DQNTrainer, "collect_step", interrupt)
+    stopped = tmp_path / "stopped"
+    with pytest.raises(TrainingInterrupted):
+        session.run_training(spec, stopped, progress=False)
+    monkeypatch.setattr(DQNTrainer, "collect_step", collect)
+    with pytest.raises(FoxhuntError, match="--model latest takes its latest checkpoint"):
+        foxhunt.load_model(stopped)
+    agent = foxhunt.load_model(stopped, "latest")
+    assert agent.optimizer_steps > 0 and agent.predict(obs).shape == (64,)
+    out = session.evaluate_run(stopped, episodes=2, model="latest")
+    assert out["model"] == "latest" and (stopped / "evaluation_latest.json").is_file()

@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "evaluate",
         help="backtest a trading run (writes RUN_DIR/backtest) or score a Gymnasium run "
-        "(writes RUN_DIR/evaluation.json, or evaluation_best.json with --model best)",
+        "(writes RUN_DIR/evaluation.json, or evaluation_best.json / evaluation_latest.json "
+        "with --model best / latest)",
     )
     e.add_argument("run_dir")
     e.add_argument(
@@ -187,9 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--model",
         default=None,
-        choices=("best", "final"),
+        choices=("best", "final", "latest"),
         help="final: weights at the end of training (default); best: weights of the best "
-        "evaluation during training (model selection on the validation span)",
+        "evaluation during training (model selection on the validation span); latest: the "
+        "latest checkpoint's (a run stopped part way, or still training)",
     )
     e.add_argument(
         "--episodes",

@@ -875,7 +875,9 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
     ``run_dir`` is a run directory of ``foxhunt train`` or one written by
     ``DQNTrainer.save``. ``which="best"`` takes the weights of the best evaluation when the run
     kept them (falling back to the final weights), ``"final"`` the weights at the end of
-    training. ``agent.act(obs)`` then gives the greedy action.
+    training, ``"latest"`` those of the latest checkpoint of a ``foxhunt train`` run (one
+    stopped part way, or still training: :func:`foxhunt.session.checkpoint_agent`).
+    ``agent.act(obs)`` then gives the greedy action.
     """
     run_dir = Path(run_dir)
     from safetensors import SafetensorError
@@ -883,8 +885,12 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
 
     from foxhunt.learner import DQNAgent
 
-    if which not in ("best", "final"):
-        raise ConfigError(f"model must be 'best' or 'final', got: {which!r}")
+    if which not in ("best", "final", "latest"):
+        raise ConfigError(f"model must be 'best', 'final' or 'latest', got: {which!r}")
+    if which == "latest":
+        from foxhunt.session import checkpoint_agent
+
+        return checkpoint_agent(run_dir)
     meta_path, weights = run_dir / "model.json", run_dir / "model.safetensors"
     if which == "best":
         if (run_dir / "best_model.safetensors").is_file():
@@ -899,7 +905,12 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
         if not p.is_file():
             unfinished = (run_dir / "checkpoints").is_dir()
             resume = f"foxhunt resume {shell_quoted(run_dir)}"
-            hint = f" (training stopped early: `{resume}`)" if unfinished else ""
+            hint = (
+                f" (training stopped early: `{resume}`; --model latest takes its latest "
+                "checkpoint's weights)"
+                if unfinished
+                else ""
+            )
             raise FoxhuntError(f"run directory has no trained model: {p} is missing{hint}")
     _warn_checkpoint_past_model(run_dir)
     meta = read_json_object(meta_path, "model description")

@@ -23,6 +23,7 @@ import torch
 from foxhunt._io import atomic_write_text, shell_quoted
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
+from foxhunt.learner import DQNAgent
 from foxhunt.runs import (
     RunSpec,
     TradingSetup,
@@ -320,12 +321,12 @@ def resume_training(
         return _resume(run_dir, spec, total_steps, progress)
 
 
-def _resume(
-    run_dir: Path, spec: RunSpec, total_steps: int | None, progress: bool
-) -> dict[str, Any]:
+def _latest_checkpoint(
+    run_dir: Path, spec: RunSpec, purpose: str = "to resume from"
+) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """The newest checkpoint that verifies: tensors, state and its path."""
     from foxhunt.checkpoint import CheckpointManager, CheckpointWarning
     from foxhunt.errors import CheckpointError
-    from foxhunt.logging import MetricLogger
 
     manager = CheckpointManager(run_dir, keep_last=spec.hyperparameters.keep_checkpoints)
     # The manager reports skipped (corrupted) checkpoints as warnings; turn them into one log line,
@@ -338,11 +339,35 @@ def _resume(
             reasons = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
             if reasons:
                 raise CheckpointError(reasons[-1]) from None
-            raise CheckpointError(
-                f"no checkpoint to resume from in {manager.checkpoints_dir}"
-            ) from None
+            raise CheckpointError(f"no checkpoint {purpose} in {manager.checkpoints_dir}") from None
     for w in caught:
         log.warning("%s", w.message)
+    return tensors, state, path
+
+
+def checkpoint_agent(run_dir: str | Path) -> DQNAgent:
+    """The agent of a run's latest checkpoint (``load_model(run, "latest")``): the policy of a
+    run stopped part way (Ctrl-C, a crash, a halt) or still training, where no model is written
+    yet. The run's environment is rebuilt to restore it, as a resume would."""
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir)
+    tensors, state, path = _latest_checkpoint(run_dir, spec, "to load")
+    _check_same_environment(run_dir, spec, state)
+    trainer, _ = _build_trainer(spec, run_dir, progress=False, resuming=True)
+    try:
+        restore_state(trainer, tensors, state)
+    finally:
+        trainer.close()
+    log.info("%s: the weights of checkpoint %s", run_dir, path.name)
+    return trainer.agent
+
+
+def _resume(
+    run_dir: Path, spec: RunSpec, total_steps: int | None, progress: bool
+) -> dict[str, Any]:
+    from foxhunt.logging import MetricLogger
+
+    tensors, state, path = _latest_checkpoint(run_dir, spec)
     _check_same_environment(run_dir, spec, state)
     ranks = (state.get("run") or {}).get("world_size", 1)
     if isinstance(ranks, int) and ranks > 1:
