@@ -114,10 +114,10 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     # The detector's accuracy on this span, against the synthetic market's true regimes.
     setup = build_trading(spec)
     test = setup.span("test")
-    # "bars" is the test split's own bars (not the 7 warm-up bars the window borrows); the
-    # backtest trades one period fewer (the last bar has no next close).
-    assert out["bars"] == len(setup.market) - setup.val_end == len(test) - 7
-    assert out["metrics"]["agent"]["bars"] == out["bars"] - 1
+    # "bars" counts the periods traded: one from each of the test split's own bars (not the 7
+    # warm-up bars the window borrows) but the data's last, which has no next close.
+    assert out["bars"] == len(setup.market) - setup.val_end - 1 == len(test) - 7 - 1
+    assert out["metrics"]["agent"]["bars"] == out["bars"]
     expected = regime_accuracy(test.regime_probs.argmax(axis=1), test.true_regimes)
     assert out["regime_accuracy"] == pytest.approx(expected) and expected > 0.5
     assert metrics["regime_accuracy"] == pytest.approx(expected)
@@ -133,6 +133,12 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert f"Annualised with {ppy:,.2f}".rstrip("0").rstrip(".") + " bars per year" in text
     assert "Definitions: returns are per-bar log returns net of costs" in text
     assert "Definitions: returns are per-bar log returns" in (report / "report.html").read_text()
+    # A split before the last closes its last period on the next split's first bar: every
+    # return belongs to one split (the one from the last validation bar was in none).
+    val = evaluate_run(run_dir, split="validation")
+    assert val["bars"] == setup.val_end - setup.train_end
+    val_series = pd.read_csv(val["series"], index_col=0, parse_dates=True)
+    assert val_series.index[-1] == pd.Timestamp(setup.market.timestamps[setup.val_end])
 
 
 def test_next_position_acts_on_new_bars_causally(tmp_path: Path) -> None:
@@ -189,12 +195,31 @@ def test_walk_forward_runs_train_each_fold_on_its_own_past(tmp_path: Path) -> No
     stamps = pd.read_csv(full)["timestamp"].map(pd.Timestamp)
     # Back-to-back test windows, the last ending at the last bar; each fold's detector and
     # normalisation see only its first 350 bars (its data.json records where its spans end).
-    assert list(table["test_bars"]) == [120, 120]
+    # Periods traded: fold 0's last closes on fold 1's first test bar (its data holds that one
+    # bar more); fold 1 ends at the data's last bar, which has no next close.
+    assert list(table["test_bars"]) == [120, 119]
     assert pd.Timestamp(table["test_end"].iloc[-1]) == stamps.iloc[-1]
     assert pd.Timestamp(table["test_start"].iloc[1]) == stamps.iloc[len(stamps) - 120]
-    for run_dir in table["run_dir"]:
+    for run_dir, rows in zip(table["run_dir"], (571, 570), strict=True):
         record = json.loads((Path(run_dir) / "data.json").read_text())
-        assert (record["rows"], record["train_end"], record["val_end"]) == (570, 350, 450)
+        assert (record["rows"], record["train_end"], record["val_end"]) == (rows, 350, 450)
+    # Stitched, the folds' per-period series leave no return out: period end bars run on.
+    ends = [
+        pd.read_csv(Path(d) / "backtest" / "series.csv", index_col=0, parse_dates=True).index
+        for d in table["run_dir"]
+    ]
+    stitched = ends[0].append(ends[1])
+    first = len(stamps) - 240 + 1  # the end bar of fold 0's first period
+    assert list(stitched) == list(stamps.iloc[first:])
+    # Acting on new bars from a fold's run: the file from the fold's first bar on, as the
+    # error says when it is given the whole file.
+    fold = Path(table["run_dir"].iloc[1])
+    with pytest.raises(ConfigError, match=r"a walk-forward fold trains on a slice.*frame.loc\["):
+        foxhunt.next_position(fold, data=full)
+    first = json.loads((fold / "data.json").read_text())["first"]
+    whole = pd.read_csv(full, index_col=0, parse_dates=True)
+    whole.loc[first:].to_csv(tmp_path / "from_fold.csv")
+    assert foxhunt.next_position(fold, data=tmp_path / "from_fold.csv")["position"] in (-1, 0, 1)
     saved = pd.read_csv(tmp_path / "wf" / "walk_forward.csv")
     assert saved["agent_total_log_return"].tolist() == pytest.approx(
         table["agent_total_log_return"].tolist()
@@ -202,7 +227,8 @@ def test_walk_forward_runs_train_each_fold_on_its_own_past(tmp_path: Path) -> No
     # Every input is checked before anything is written.
     for sizes, needle in (
         ({"validation_size": 450, "test_size": 120}, "validation_size must be between 1 and"),
-        ({"validation_size": 100, "test_size": 1}, "fold 0: market.train_fraction"),
+        # one test bar: the last fold has no next bar to close its period on
+        ({"validation_size": 100, "test_size": 1}, "fold 1: market.train_fraction"),
         ({"validation_size": 100, "test_size": "120"}, "test_size must be a positive integer"),
     ):
         with pytest.raises(ConfigError, match=needle):

@@ -299,7 +299,9 @@ def test_evaluate_keeps_the_trained_spans_when_the_file_grew(trained_on_600, tmp
     with caplog.at_level("WARNING"):
         out = evaluate_run(run)
     assert "100 bars were appended" in caplog.text and "test span runs from bar 510" in caplog.text
-    assert out["bars"] == 700 - 510  # the held-out test bars plus the new ones
+    # periods traded: from each held-out test bar and new bar but the last, whose close ends
+    # the period before it
+    assert out["bars"] == 700 - 510 - 1
     # The 600 trained bars get exactly the features and regimes they had in training: the
     # normaliser and detector are still fitted on bars 0..419, not on 70% of the longer file.
     spec = load_spec(run)
@@ -340,7 +342,7 @@ def test_revised_prices_on_the_same_bars_warn_on_evaluate(trained_on_600, tmp_pa
     with caplog.at_level("WARNING"):
         out = evaluate_run(run)
     assert "values differ (prices or volume) on the same 600 bars" in caplog.text
-    assert out["bars"] == 600 - 510
+    assert out["bars"] == 600 - 510 - 1  # periods: the last bar closes the one before it
     with pytest.raises(DataError, match="the values differ"):
         resume_training(run, total_steps=450, progress=False)
 
@@ -359,7 +361,7 @@ def test_a_revised_last_bar_and_new_bars_evaluate_on_the_trained_spans(
     with caplog.at_level("WARNING"):
         out = evaluate_run(run)
     assert "100 bars were appended and values of the 600 trained bars revised" in caplog.text
-    assert out["bars"] == 700 - 510
+    assert out["bars"] == 700 - 510 - 1  # periods traded
 
 
 def test_a_bar_moved_inside_the_span_is_refused_not_taken_for_revised_prices(
@@ -393,7 +395,7 @@ def test_runs_without_a_data_record_still_evaluate_and_resume(trained_on_600, tm
     with pytest.raises(FoxhuntError, match=r"data.json: format must be 'foxhunt-data'"):
         evaluate_run(run)
     (run / "data.json").unlink()  # a run from before the record
-    assert evaluate_run(run)["bars"] == 90
+    assert evaluate_run(run)["bars"] == 89  # periods traded: 90 bars, the last closes
     assert resume_training(run, total_steps=450, progress=False)["env_steps"] == 450
 
 

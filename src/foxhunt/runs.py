@@ -395,12 +395,17 @@ class TradingSetup:
             raise ConfigError(f"split must be one of train, validation, test, all, got: {split!r}")
         return bounds[split]
 
-    def span(self, split: str) -> Any:
+    def span(self, split: str, *, closing: bool = False) -> Any:
+        """``split``'s bars as a market. ``closing`` (backtests) adds the next split's first
+        bar, whose close ends the period decided at this split's last bar: without it, one
+        return at every boundary belonged to no span. Training never sees it."""
         start, stop = self.bounds(split)
         # Evaluation spans start `window - 1` bars early so the first decision has a full window
         # of (causal) features; those warm-up bars are only observed, never traded.
         if split != "train":
             start = max(0, start - (self.config.window - 1))
+        if closing:
+            stop = min(stop + 1, len(self.market))
         return self.market.slice(start, stop)
 
     def train_env(self) -> gym.Env:
@@ -412,6 +417,17 @@ class TradingSetup:
         from foxhunt.envs.trading import TradingEnv
 
         return TradingEnv(self.span(split), self.config, eval_mode=True)
+
+
+def _starts_later(df: Any, first: str) -> bool:
+    """Whether the run's first bar is in ``df`` after its first row (a walk-forward fold's
+    run, given the whole file)."""
+    import pandas as pd
+
+    try:
+        return bool(df.index[0] < pd.Timestamp(first) and pd.Timestamp(first) in df.index)
+    except (ValueError, TypeError):
+        return False
 
 
 def load_market_frame(spec: RunSpec, data_override: str | None = None) -> Any:
@@ -485,6 +501,12 @@ def build_trading(
             f"holds {n} bars, fewer than the {recorded['rows']} the run trained on"
             if fewer and recorded is not None
             else "does not start with the bars the run trained on, at the same times"
+            + (
+                f" (its first is {recorded['first']}; a walk-forward fold trains on a slice: "
+                f"pass your file from that bar on, e.g. frame.loc['{recorded['first']}':])"
+                if recorded is not None and _starts_later(df, recorded["first"])
+                else ""
+            )
         )
         raise ConfigError(
             f"data {source} {what}: pass the run's data grown by the new bars (the whole history)"

@@ -558,7 +558,7 @@ def walk_forward_runs(
     plans = []
     for k, (train, test) in enumerate(folds):
         path = run_root / f"fold-{k}" / "bars.csv"
-        n = len(train) + len(test)
+        n = len(train) + len(test) + (test.index[-1] != frame.index[-1])  # + the closing bar
         try:  # exact bounds under the runs' int(n * fraction) split (half a bar of slack)
             market = MarketSpec(
                 **{
@@ -573,7 +573,10 @@ def walk_forward_runs(
                 f"fold {k}: {_format_validation_error(err, prefix='market.')} (train_size="
                 f"{train_size}, validation_size={validation_size}, test_size={test_size})"
             ) from None
-        bars = pd.concat([train, test])
+        # The bar after the test span closes its last period (the next fold trades from it);
+        # without it each fold dropped one return, and a stitched curve one per fold.
+        after = frame.iloc[frame.index.get_loc(test.index[-1]) + 1 :].iloc[:1]
+        bars = pd.concat([train, test, after])
         if names and "regime" in bars and "regime_name" not in bars:
             bars = bars.assign(regime_name=[names[int(r)] for r in bars["regime"]])
         plans.append((path, bars, spec.model_copy(update={"market": market}), train, test))
@@ -811,9 +814,7 @@ def backtest_run(
 
     if setup is None:
         setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
-    span = setup.span(split)
-    # "bars" counts the split's own bars, not the window's warm-up bars borrowed before it.
-    own_start, own_stop = setup.bounds(split)
+    span = setup.span(split, closing=True)
     config = setup.config
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
@@ -846,7 +847,9 @@ def backtest_run(
         "model": model,
         "split": split,
         "data": data or spec.market.data or "synthetic",
-        "bars": own_stop - own_start,
+        # The periods traded: one per own bar, the last one closing on the next split's first
+        # bar (none after the data's last bar). The window's warm-up bars are not counted.
+        "bars": len(agent_res.net_log_returns),
         "periods_per_year": ppy,
         "metrics": {r.name: r.metrics for r in results},
         "oracle_capture": capture,
