@@ -185,3 +185,94 @@ def test_torchrun_cli_trains_with_per_and_accumulation(tmp_path: Path) -> None:
     proc = subprocess.run([*alone, "--no-progress"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "trained data-parallel on 2 processes and continues in one" in proc.stderr
+
+
+STOPS = textwrap.dedent(
+    """
+    import json, os, signal, sys, torch
+    torch.set_num_threads(1)
+    from foxhunt import DQNHyperparameters
+    from foxhunt.distributed import init_from_env
+    from foxhunt.errors import TrainingHalted
+    from foxhunt.trainer import DQNTrainer, TrainingInterrupted
+    from foxhunt.cli import _leave_process_group
+    info = init_from_env("cpu")
+    out, case = sys.argv[1], sys.argv[2]
+    extra = {"q_divergence_bound": 1e-3, "q_divergence_policy": "stop"} if case == "halt" else {}
+    hp = DQNHyperparameters(hidden_sizes=(16,), batch_size=16, learning_starts=64,
+                            eval_interval=0, seed=3, **extra)
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    collect = trainer.collect_step
+    def collect_step():
+        collect()
+        if case == "interrupt" and info.rank == 1 and trainer.env_steps == 300:
+            trainer._interrupt_requested = signal.SIGTERM  # as kill's SIGTERM to rank 1 sets it
+    trainer.collect_step = collect_step
+    result = {"rank": info.rank}
+    try:
+        trainer.learn(5000)
+        result["ended"] = "finished"
+    except TrainingInterrupted as err:
+        result.update(ended="interrupted", signum=int(err.signum))
+    except TrainingHalted as err:
+        result.update(ended="halted", why=str(err).split(":")[0])
+    finally:
+        trainer.close()
+    result["env_steps"] = trainer.env_steps
+    result["optimizer_steps"] = trainer.agent.optimizer_steps
+    with open(os.path.join(out, f"{case}{info.rank}.json"), "w") as f:
+        json.dump(result, f)
+    _leave_process_group(wait=True)  # as the CLI does after a run, a stop or a halt
+    os._exit(0)  # skip interpreter teardown: gloo threads can abort it (std::terminate)
+    """
+)
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
+@pytest.mark.parametrize("case", ["interrupt", "halt"])
+def test_data_parallel_ranks_stop_together(tmp_path: Path, case: str) -> None:
+    """A stop signal to one worker, or a health monitor tripping on one rank's batch, stops
+    every rank at the same boundary (rank 1 alone stopping left rank 0 in an all-reduce with
+    a peer gone: a gloo "Connection closed" traceback and no checkpoint)."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    script = tmp_path / "stops.py"
+    script.write_text(STOPS)
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PYTHONPATH": f"{root}{os.pathsep}{root / 'src'}",
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(tmp_path), case],
+                env=env,
+                cwd=root,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and "Traceback" not in err, err[-2000:]
+    ranks = [json.loads((tmp_path / f"{case}{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["env_steps"] == ranks[1]["env_steps"] < 5000
+    assert ranks[0]["optimizer_steps"] == ranks[1]["optimizer_steps"]
+    if case == "interrupt":
+        assert all(r["ended"] == "interrupted" for r in ranks)
+        assert all(r["signum"] == 15 for r in ranks)  # SIGTERM, though only rank 1 got it
+        assert 300 <= ranks[0]["env_steps"] <= 300 + 16
+    else:
+        assert all(
+            r["ended"] == "halted" and r["why"] == "training stopped by health monitor"
+            for r in ranks
+        ), ranks

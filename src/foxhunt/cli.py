@@ -635,10 +635,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             # Joins a torchrun job when launched by torchrun; no-op otherwise.
             init_from_env("cuda" if torch.cuda.is_available() else "cpu")
-            code = COMMANDS[args.command](args)
-            from foxhunt.distributed import shutdown
+            from foxhunt.errors import TrainingHalted
+            from foxhunt.trainer import TrainingInterrupted
 
-            shutdown()
+            try:
+                code = COMMANDS[args.command](args)
+            except (TrainingInterrupted, TrainingHalted):
+                _leave_process_group(wait=True)  # every rank stopped at the same boundary
+                raise
+            except BaseException:
+                _leave_process_group(wait=False)
+                raise
+            _leave_process_group(wait=True)
             return code
         return COMMANDS[args.command](args)
     except FoxhuntError as err:
@@ -714,6 +722,23 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
             "its last periodic checkpoint, if it has one"
         )
     return how
+
+
+def _leave_process_group(*, wait: bool) -> None:
+    """Leave a torchrun job on every way out: a rank that exits still in the group makes gloo
+    abort the process ("terminate called without an active exception"). A finished, stopped or
+    halted run waits at a barrier for its peers (they stop at the same boundary); another error
+    does not (a peer may be gone, or inside a collective this rank will never join), it only
+    tears its side down."""
+    import torch.distributed as dist
+
+    from foxhunt.distributed import shutdown
+
+    with contextlib.suppress(Exception):
+        if wait:
+            shutdown()
+        elif dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _one_line(err: BaseException) -> str:

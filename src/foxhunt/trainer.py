@@ -397,6 +397,7 @@ class DQNTrainer:
         self.best_eval_return: float | None = None
         self.eval_history: list[tuple[int, float]] = []
         self._eval_seconds = 0.0  # in periodic evaluations, during the current learn()
+        self._loop_iterations = 0  # data-parallel ranks share stop requests every 16 of them
         self._obs: np.ndarray | None = None
         self._ep_return = np.zeros(hp.n_envs, dtype=np.float64)
         self._ep_length = np.zeros(hp.n_envs, dtype=np.int64)
@@ -566,6 +567,8 @@ class DQNTrainer:
                     torch.stack([r.q_abs_max for r in results]).max(),
                 ]
             )
+        if self.dist.enabled:
+            summary = self._combined_summary(summary)
         loss, q_mean, q_abs_max = summary.tolist()  # one host transfer for all three
         if per and not stats.skipped:
             td = torch.cat([r.td_errors for r in results]).float().cpu().numpy()
@@ -779,18 +782,43 @@ class DQNTrainer:
                 if self.env_steps >= self._next_ckpt:
                     self._next_ckpt += hp.checkpoint_interval
                     self.save_checkpoint()
-                if self._interrupt_requested:
+                stop = self._agreed_interrupt() if self.dist.enabled else self._interrupt_requested
+                if stop:
                     # Ctrl-C lands here, between two loop iterations, never mid-update: the
                     # checkpoint is the same state a periodic one would hold, so resume is exact.
                     if self._checkpointer is not None:
                         log.warning(
                             "interrupted at env step %d: saving a checkpoint", self.env_steps
                         )
-                    signum = self._interrupt_requested
-                    raise TrainingInterrupted(self.env_steps, self.save_checkpoint(), signum)
+                    raise TrainingInterrupted(self.env_steps, self.save_checkpoint(), stop)
         finally:
             if progress is not None:
                 progress.close()
+
+    def _combined_summary(self, summary: torch.Tensor) -> torch.Tensor:
+        """Loss and mean Q over every rank's batch, and the largest |Q| and reward of any rank:
+        the health monitors then decide on the same numbers everywhere (one rank halting alone
+        left the others waiting in the next all-reduce), and metrics describe the whole step."""
+        dist = torch.distributed
+        means = summary[:2] / self.dist.world_size
+        dist.all_reduce(means)
+        peaks = torch.stack([summary[2], summary.new_tensor(self.health.max_abs_reward)])
+        dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+        self.health.max_abs_reward = float(peaks[1])
+        return torch.stack([means[0], means[1], peaks[0]])
+
+    def _agreed_interrupt(self) -> int:
+        """Data-parallel ranks stop together: every 16 loop iterations (they run in lockstep)
+        the ranks share whether any was asked to stop, and all act on it at that boundary, so
+        a signal to one worker (kill, a scheduler) stops every rank with rank 0's checkpoint
+        instead of leaving the others in an all-reduce with a peer gone. The signal number
+        asking (the largest, when several did), or 0."""
+        self._loop_iterations += 1
+        if self._loop_iterations % 16:
+            return 0
+        flag = torch.tensor([self._interrupt_requested], dtype=torch.int64, device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return int(flag.item())
 
     @contextlib.contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
