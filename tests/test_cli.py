@@ -578,3 +578,18 @@ def test_suggested_commands_quote_a_run_directory_with_a_space(tmp_path: Path) -
     (run / "checkpoints" / "latest.json").write_text("{}")
     with pytest.raises(FoxhuntError, match=r"use `foxhunt resume '.*/my run'`"):
         _prepare_run_dir(run, force=False)
+
+
+def test_commands_that_train_several_runs_are_refused_under_torchrun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under torchrun every rank would run every member or trial, into the same directories."""
+    from foxhunt.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for argv in (
+        ["ensemble", "train", "--members", "2", "--env", "CartPole-v1"],
+        ["hyperopt", "--env", "CartPole-v1", "--trials", "2"],
+    ):
+        assert main([*argv, "--run-dir", str(tmp_path / "x")]) == 2
+        assert not (tmp_path / "x").exists()

@@ -516,10 +516,21 @@ def _check_search_dir(path: Path, study_name: str, storage: str | None, force: b
     )
 
 
+def _not_under_torchrun(command: str) -> None:
+    """Refuse a command that runs several trainings one after another under torchrun: every
+    rank would run all of them, into the same directories."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(
+            f"{command} runs its trainings one after another in one process; run it without "
+            "torchrun (a single run trains data-parallel with `torchrun ... foxhunt.cli train`)"
+        )
+
+
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from foxhunt.config import RUN_KEYS
     from foxhunt.hyperopt import run_hyperopt
 
+    _not_under_torchrun("hyperopt")
     spec = _spec_from_args(args)
     if args.run_dir:
         _check_search_dir(Path(args.run_dir), args.study_name, args.storage, args.force)
@@ -561,6 +572,8 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_ensemble(args: argparse.Namespace) -> int:
     from foxhunt.ensemble import evaluate_ensemble, resume_ensemble, train_ensemble
 
+    if args.ensemble_command in ("train", "resume"):
+        _not_under_torchrun(f"ensemble {args.ensemble_command}")
     if args.ensemble_command == "resume":
         run_dir = _run_dir_arg(args.run_dir)
         paths = resume_ensemble(run_dir, progress=not args.no_progress)
