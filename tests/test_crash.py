@@ -428,3 +428,38 @@ def test_an_interrupted_run_is_evaluated_with_its_latest_checkpoint(
     assert agent.optimizer_steps > 0 and agent.predict(obs).shape == (64,)
     out = session.evaluate_run(stopped, episodes=2, model="latest")
     assert out["model"] == "latest" and (stopped / "evaluation_latest.json").is_file()
+
+
+def test_an_extension_of_an_unfinished_run_is_not_dropped(tmp_path: Path, monkeypatch) -> None:
+    """Stopped at 600 of 900, then `resume --total-steps 1500` stopped before its first
+    checkpoint: a plain resume goes on to the 1500 config.yaml asks for, not back to 900."""
+    import signal as sig
+
+    import foxhunt.session as session
+    from foxhunt.runs import build_spec
+    from foxhunt.trainer import DQNTrainer, TrainingInterrupted
+
+    overrides = {"eval_interval": 0, "checkpoint_interval": 300, "learning_starts": 200}
+    spec = build_spec(env="CartPole-v1", total_steps=900, overrides=overrides, seed=4)
+    collect = DQNTrainer.collect_step
+
+    def interrupt(self: DQNTrainer) -> None:
+        collect(self)
+        if self.env_steps == 600:
+            self._interrupt_requested = sig.SIGINT
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(DQNTrainer, "collect_step", interrupt)
+        with pytest.raises(TrainingInterrupted):
+            session.run_training(spec, run, progress=False)
+
+    class Stop(Exception):
+        pass
+
+    with monkeypatch.context() as m:
+        m.setattr(session, "_train_loop", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+        with pytest.raises(Stop):
+            session.resume_training(run, total_steps=1500, progress=False)
+    assert session.resume_training(run, progress=False)["env_steps"] == 1500
+    assert "total_env_steps: 1500" in (run / "config.yaml").read_text()

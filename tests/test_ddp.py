@@ -198,7 +198,7 @@ STOPS = textwrap.dedent(
     from foxhunt.cli import _leave_process_group
     info = init_from_env("cpu")
     out, case = sys.argv[1], sys.argv[2]
-    extra = {"q_divergence_bound": 1e-3, "q_divergence_policy": "stop"} if case == "halt" else {}
+    extra = {"q_divergence_bound": 1e5, "q_divergence_policy": "stop"} if case == "halt" else {}
     hp = DQNHyperparameters(hidden_sizes=(16,), batch_size=16, learning_starts=64,
                             eval_interval=0, seed=3, **extra)
     trainer = DQNTrainer(hp, "CartPole-v1")
@@ -208,6 +208,12 @@ STOPS = textwrap.dedent(
         if case == "interrupt" and info.rank == 1 and trainer.env_steps == 300:
             trainer._interrupt_requested = signal.SIGTERM  # as kill's SIGTERM to rank 1 sets it
     trainer.collect_step = collect_step
+    if case == "halt" and info.rank == 1:  # only rank 1's own batch diverges, from step 5 on
+        combine = trainer._combined_summary
+        def diverging(summary):
+            late = trainer.agent.optimizer_steps >= 5
+            return combine(summary + torch.tensor([0.0, 0.0, 1e6 if late else 0.0]))
+        trainer._combined_summary = diverging
     result = {"rank": info.rank}
     try:
         trainer.learn(5000)
@@ -271,8 +277,7 @@ def test_data_parallel_ranks_stop_together(tmp_path: Path, case: str) -> None:
         assert all(r["ended"] == "interrupted" for r in ranks)
         assert all(r["signum"] == 15 for r in ranks)  # SIGTERM, though only rank 1 got it
         assert 300 <= ranks[0]["env_steps"] <= 300 + 16
-    else:
-        assert all(
-            r["ended"] == "halted" and r["why"] == "training stopped by health monitor"
-            for r in ranks
-        ), ranks
+    else:  # rank 0's own batch never diverged: it halts on rank 1's, at the same step
+        assert all(r["ended"] == "halted" for r in ranks), ranks
+        assert all(r["why"] == "training stopped by health monitor" for r in ranks), ranks
+        assert ranks[0]["optimizer_steps"] == 5

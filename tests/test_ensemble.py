@@ -331,6 +331,10 @@ def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble, monkeypa
     report = json.loads((run / "backtest" / "metrics.json").read_text())
     assert {"agent", "buy & hold", "flat"} <= set(report["results"])
     assert set(out["members"]) == {"member-0", "member-1"}
+    # Members trade the ensemble's periods, on a split that closes on the next one's first bar
+    # too (they had one period fewer there).
+    val = evaluate_ensemble(run, split="validation")
+    assert {m["bars"] for m in val["members"].values()} == {val["metrics"]["agent"]["bars"]}
     e = out["ensemble"]
     assert e["decisions"] > 0 and e["fallback_action"] is None  # no max_std: no fallback
     assert 0.0 <= e["mean_disagreement"] <= 1.0

@@ -590,7 +590,7 @@ def evaluate_ensemble(
     # and every result is annualised with the same bars per year.
     setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
     summary = backtest_run(run_dir, spec, rec, data=data, split=split, setup=setup)
-    span, ppy = setup.span(split), summary["periods_per_year"]
+    span, ppy = setup.span(split, closing=True), summary["periods_per_year"]  # as backtest_run
     members = {
         name: bt.run_policy(span, model_policy(agent), config, name, periods_per_year=ppy).metrics
         for name, agent in zip(ensemble.names, ensemble.agents, strict=True)

@@ -382,9 +382,10 @@ def _resume(
     try:
         restore_state(trainer, tensors, state)
         total = total_steps or trainer.total_env_steps or spec.total_env_steps
-        if total_steps is None and trainer.env_steps >= total and spec.total_env_steps > total:
+        if total_steps is None and spec.total_env_steps > total:
             # `resume --total-steps N` wrote N into config.yaml and stopped before its first
-            # checkpoint: the extension asked for is still the one to finish.
+            # checkpoint: the extension asked for is still the one to finish (whether or not
+            # the checkpoint had reached its own, shorter total).
             total = spec.total_env_steps
             log.warning(
                 "%s: continuing to config.yaml's %d env steps (an extension stopped before its "
@@ -834,8 +835,9 @@ def backtest_run(
         oracle = bt.regime_oracle(span, config, setup.span("train"), periods_per_year=ppy)
         results.append(oracle)
         capture = bt.oracle_capture(agent_res, oracle)
-        # Over the bars the periods end on (the split's own, not the window's warm-up bars
-        # borrowed from the split before): the bars the per-regime tables label.
+        # Over the bars the periods end on (from the split's second bar to its last, or to
+        # the next split's first: never the window's warm-up bars borrowed from the split
+        # before): the bars the per-regime tables label.
         accuracy = regime_accuracy(agent_res.detected_regimes, agent_res.true_regimes)
     out_dir = run_dir / "backtest"
     model_note = "" if model == "final" else f", {model} model"
