@@ -593,3 +593,20 @@ def test_commands_that_train_several_runs_are_refused_under_torchrun(
     ):
         assert main([*argv, "--run-dir", str(tmp_path / "x")]) == 2
         assert not (tmp_path / "x").exists()
+
+
+def test_ensemble_force_never_deletes_a_member_still_training(tmp_path: Path) -> None:
+    """--force replaces an old ensemble, but not while one of its members is held by a
+    training process."""
+    from foxhunt.cli import main
+    from foxhunt.session import run_lock
+
+    run = tmp_path / "ens"
+    member = run / "member-0"
+    member.mkdir(parents=True)
+    (run / "ensemble-plan.json").write_text('{"members": 2}\n')
+    (member / "config.yaml").write_text("env: CartPole-v1\n")
+    argv = ["ensemble", "train", "--members", "2", "--env", "CartPole-v1", "--force"]
+    with run_lock(member):
+        assert main([*argv, "--run-dir", str(run), "--total-steps", "300"]) == 2
+    assert (member / "config.yaml").is_file()

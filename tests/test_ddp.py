@@ -200,7 +200,7 @@ STOPS = textwrap.dedent(
     out, case = sys.argv[1], sys.argv[2]
     extra = {"q_divergence_bound": 1e5, "q_divergence_policy": "stop"} if case == "halt" else {}
     hp = DQNHyperparameters(hidden_sizes=(16,), batch_size=16, learning_starts=64,
-                            eval_interval=0, seed=3, **extra)
+                            eval_interval=0, log_interval=100, seed=3, **extra)
     trainer = DQNTrainer(hp, "CartPole-v1")
     collect = trainer.collect_step
     def collect_step():
@@ -215,8 +215,10 @@ STOPS = textwrap.dedent(
             return combine(summary + torch.tensor([0.0, 0.0, 1e6 if late else 0.0]))
         trainer._combined_summary = diverging
     result = {"rank": info.rank}
+    def enough(row):  # rank 1 alone reaches its target (a callback returning False)
+        return not (case == "callback" and info.rank == 1 and row["env_steps"] >= 300)
     try:
-        trainer.learn(5000)
+        trainer.learn(5000, callback=enough)
         result["ended"] = "finished"
     except TrainingInterrupted as err:
         result.update(ended="interrupted", signum=int(err.signum))
@@ -235,11 +237,12 @@ STOPS = textwrap.dedent(
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
-@pytest.mark.parametrize("case", ["interrupt", "halt"])
+@pytest.mark.parametrize("case", ["interrupt", "halt", "callback"])
 def test_data_parallel_ranks_stop_together(tmp_path: Path, case: str) -> None:
-    """A stop signal to one worker, or a health monitor tripping on one rank's batch, stops
-    every rank at the same boundary (rank 1 alone stopping left rank 0 in an all-reduce with
-    a peer gone: a gloo "Connection closed" traceback and no checkpoint)."""
+    """A stop signal to one worker, a health monitor tripping on one rank's batch, or one
+    rank's learn() callback asking to end stops every rank at the same boundary (rank 1 alone
+    stopping left rank 0 in an all-reduce with a peer gone: a gloo "Connection closed"
+    traceback and no checkpoint)."""
     import json
 
     root = Path(__file__).resolve().parents[1]
@@ -273,7 +276,10 @@ def test_data_parallel_ranks_stop_together(tmp_path: Path, case: str) -> None:
     ranks = [json.loads((tmp_path / f"{case}{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["env_steps"] == ranks[1]["env_steps"] < 5000
     assert ranks[0]["optimizer_steps"] == ranks[1]["optimizer_steps"]
-    if case == "interrupt":
+    if case == "callback":  # rank 1's callback ended both runs, at one boundary
+        assert all(r["ended"] == "finished" for r in ranks)
+        assert 300 <= ranks[0]["env_steps"] <= 300 + 16  # the row at 300, then a boundary
+    elif case == "interrupt":
         assert all(r["ended"] == "interrupted" for r in ranks)
         assert all(r["signum"] == 15 for r in ranks)  # SIGTERM, though only rank 1 got it
         assert 300 <= ranks[0]["env_steps"] <= 300 + 16

@@ -606,6 +606,10 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
             close = getattr(env, "close", None)
             if callable(close):
                 close()
+        from foxhunt.session import assert_not_in_use
+
+        for member in sorted(run_dir.glob("member-*")):  # none may be training right now
+            assert_not_in_use(member)
         shutil.rmtree(run_dir)
     paths = train_ensemble(spec, run_dir, args.members, progress=not args.no_progress)
     print(f"foxhunt: ensemble of {len(paths)} members written to {run_dir}")

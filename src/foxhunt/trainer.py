@@ -398,6 +398,7 @@ class DQNTrainer:
         self.eval_history: list[tuple[int, float]] = []
         self._eval_seconds = 0.0  # in periodic evaluations, during the current learn()
         self._loop_iterations = 0  # data-parallel ranks share stop requests every 16 of them
+        self._callback_stop = False  # a learn() callback asked to end (data parallel)
         self._obs: np.ndarray | None = None
         self._ep_return = np.zeros(hp.n_envs, dtype=np.float64)
         self._ep_length = np.zeros(hp.n_envs, dtype=np.int64)
@@ -716,6 +717,7 @@ class DQNTrainer:
         t_start = time.perf_counter()
         steps_start, updates_start = self.env_steps, self.agent.optimizer_steps
         self._eval_seconds = 0.0
+        self._callback_stop = False
         with self._deferred_sigint():
             self._loop(total_env_steps, progress, callback)
         elapsed = time.perf_counter() - t_start
@@ -778,11 +780,21 @@ class DQNTrainer:
                     if progress is not None:
                         progress.update(self.env_steps, row)
                     if callback is not None and callback(row) is False:
-                        break  # the caller asked to stop (e.g. a target return was reached)
+                        # The caller asked to stop (e.g. a target return was reached). Under
+                        # data parallel every rank stops at the next shared boundary instead:
+                        # one rank leaving alone would strand the others in an all-reduce.
+                        if not self.dist.enabled:
+                            break
+                        self._callback_stop = True
                 if self.env_steps >= self._next_ckpt:
                     self._next_ckpt += hp.checkpoint_interval
                     self.save_checkpoint()
-                stop = self._agreed_interrupt() if self.dist.enabled else self._interrupt_requested
+                if self.dist.enabled:
+                    stop, ended = self._agreed_stops()
+                    if ended and not stop:
+                        break
+                else:
+                    stop = self._interrupt_requested
                 if stop:
                     # Ctrl-C lands here, between two loop iterations, never mid-update: the
                     # checkpoint is the same state a periodic one would hold, so resume is exact.
@@ -807,18 +819,24 @@ class DQNTrainer:
         self.health.max_abs_reward = float(peaks[1])
         return torch.stack([means[0], means[1], peaks[0]])
 
-    def _agreed_interrupt(self) -> int:
+    def _agreed_stops(self) -> tuple[int, bool]:
         """Data-parallel ranks stop together: every 16 loop iterations (they run in lockstep)
         the ranks share whether any was asked to stop, and all act on it at that boundary, so
         a signal to one worker (kill, a scheduler) stops every rank with rank 0's checkpoint
-        instead of leaving the others in an all-reduce with a peer gone. The signal number
-        asking (the largest, when several did), or 0."""
+        instead of leaving the others in an all-reduce with a peer gone. Returns the signal
+        number asking (the largest, when several did; 0 for none) and whether any rank's
+        ``learn`` callback asked to end."""
         self._loop_iterations += 1
         if self._loop_iterations % 16:
-            return 0
-        flag = torch.tensor([self._interrupt_requested], dtype=torch.int64, device=self.device)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        return int(flag.item())
+            return 0, False
+        flags = torch.tensor(
+            [self._interrupt_requested, int(self._callback_stop)],
+            dtype=torch.int64,
+            device=self.device,
+        )
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+        signum, ended = flags.tolist()
+        return int(signum), bool(ended)
 
     @contextlib.contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
