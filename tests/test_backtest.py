@@ -314,8 +314,15 @@ def test_regime_rule_holds_each_detector_states_training_direction_causally():
     test.regime_probs[10:20] = 0.5
     warm = bt.regime_rule(test, cfg, reference)
     assert (warm.positions[10 - 4 : 20 - 4] == 0.0).all()
-    reference.regime_probs[:60] = 0.5
-    assert bt.regime_rule_positions(reference, cfg) == expected
+    # warm-up rows of a steep fall: counted as state 0, they would turn its long into a short
+    rets = np.r_[np.full(60, -0.01), np.tile(np.repeat([0.002, -0.002], 20), 3)]
+    warmup = make_market(close=100.0 * np.exp(np.cumsum(rets)))
+    warmup.regime_probs[:] = np.eye(2, dtype=np.float32)[
+        np.r_[np.zeros(60, int), np.tile(np.repeat([0, 1], 20), 3)]
+    ]
+    assert bt.regime_rule_positions(warmup, cfg) == {0: -1.0, 1: -1.0}  # the rows as state 0
+    warmup.regime_probs[:60] = 0.5
+    assert bt.regime_rule_positions(warmup, cfg) == {0: 1.0, 1: -1.0}
     # long-only: the falling state is held flat
     assert bt.regime_rule_positions(
         reference, TradingEnvConfig(window=5, positions=(0.0, 1.0))

@@ -80,6 +80,41 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _two_ranks(
+    tmp_path: Path, script: str, arg: str, env: dict[str, str] | None = None
+) -> list[tuple[int, str]]:
+    """Run ``script`` (with ``tmp_path`` and ``arg``) as ranks 0 and 1 of a gloo job, as
+    torchrun would start them; each rank's exit code and stderr."""
+    root = Path(__file__).resolve().parents[1]
+    path = tmp_path / "rank_script.py"
+    path.write_text(script)
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(path), str(tmp_path), arg],
+            env={
+                **os.environ,
+                "RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "LOCAL_RANK": str(rank),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "PYTHONPATH": f"{root}{os.pathsep}{root / 'src'}",
+                **(env or {}),
+            },
+            cwd=root,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    out = []
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        out.append((p.returncode, err))
+    return out
+
+
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_ddp_two_ranks_equal_single_process_step(tmp_path: Path, compiled: bool) -> None:
@@ -89,33 +124,8 @@ def test_ddp_two_ranks_equal_single_process_step(tmp_path: Path, compiled: bool)
 
     from foxhunt import DQNAgent, DQNHyperparameters
 
-    root = Path(__file__).resolve().parents[1]
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "PYTHONPATH": f"{root}{os.pathsep}{root / 'src'}",
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script), str(tmp_path), str(int(compiled))],
-                env=env,
-                cwd=root,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-2000:]
+    for code, err in _two_ranks(tmp_path, WORKER, str(int(compiled))):
+        assert code == 0, err[-2000:]
 
     # Reference: one process, the same 128 samples as 4 micro-batches of 32.
     torch.set_num_threads(1)
@@ -245,34 +255,8 @@ def test_data_parallel_ranks_stop_together(tmp_path: Path, case: str) -> None:
     traceback and no checkpoint)."""
     import json
 
-    root = Path(__file__).resolve().parents[1]
-    script = tmp_path / "stops.py"
-    script.write_text(STOPS)
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "WORLD_SIZE": "2",
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "PYTHONPATH": f"{root}{os.pathsep}{root / 'src'}",
-            "OMP_NUM_THREADS": "1",
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script), str(tmp_path), case],
-                env=env,
-                cwd=root,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0 and "Traceback" not in err, err[-2000:]
+    for code, err in _two_ranks(tmp_path, STOPS, case, {"OMP_NUM_THREADS": "1"}):
+        assert code == 0 and "Traceback" not in err, err[-2000:]
     ranks = [json.loads((tmp_path / f"{case}{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["env_steps"] == ranks[1]["env_steps"] < 5000
     assert ranks[0]["optimizer_steps"] == ranks[1]["optimizer_steps"]

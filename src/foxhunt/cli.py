@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import re
 import shutil
 import signal
@@ -422,7 +421,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from foxhunt.session import resume_training
 
     run_dir = _run_dir_arg(args.run_dir)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if _under_torchrun():
         raise ConfigError(
             "resume continues a run in one process (a data-parallel checkpoint holds rank 0's "
             f"state only): run `foxhunt resume {shell_quoted(run_dir)}` without torchrun"
@@ -516,10 +515,16 @@ def _check_search_dir(path: Path, study_name: str, storage: str | None, force: b
     )
 
 
+def _under_torchrun() -> bool:
+    from foxhunt.distributed import launched_world_size  # torch is imported only when needed
+
+    return launched_world_size() > 1
+
+
 def _not_under_torchrun(command: str) -> None:
     """Refuse a command that runs several trainings one after another under torchrun: every
     rank would run all of them, into the same directories."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if _under_torchrun():
         raise ConfigError(
             f"{command} runs its trainings one after another in one process; run it without "
             "torchrun (a single run trains data-parallel with `torchrun ... foxhunt.cli train`)"

@@ -33,9 +33,14 @@ class DistInfo:
         return self.world_size > 1
 
 
+def launched_world_size() -> int:
+    """The number of processes torchrun started this one among (1 when it did not)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def init_from_env(device_type: str = "cpu") -> DistInfo:
     """Join the process group torchrun describes in the environment (no-op for one process)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = launched_world_size()
     if world <= 1:
         return DistInfo()
     rank = int(os.environ["RANK"])

@@ -130,6 +130,8 @@ class MetricLogger:
         self._header = ",".join(self.columns) + "\n"
         self.rows_written = 0
         """Rows appended by this logger (not counting rows kept from a resumed file)."""
+        self.resumed_env_steps: float | None = None
+        """The env steps of the last row kept from a resumed file (None: no row kept)."""
 
         if resume and self.csv_path.exists():
             self._prepare_resume(truncate_after_env_steps)
@@ -188,6 +190,8 @@ class MetricLogger:
                     ) from None
                 if steps is None or steps <= truncate_after_env_steps:
                     kept.append(row)
+                    if steps is not None:
+                        self.resumed_env_steps = steps
         if torn or len(kept) != len(rows):
             body = "".join(row + "\n" for row in kept)
             atomic_write_bytes(self.csv_path, (self._header + body).encode())

@@ -849,16 +849,25 @@ def save_model(
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
 
+def summary_env_steps(run_dir: Path) -> int | None:
+    """The env steps ``summary.json`` says the run's model was trained for; None without a
+    readable one."""
+    try:
+        done = json.loads((run_dir / "summary.json").read_text()).get("env_steps")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return done if isinstance(done, int) else None
+
+
 def _warn_checkpoint_past_model(run_dir: Path) -> None:
     """Say when the run trained on past its model (``resume --total-steps`` stopped part way):
     the model is the earlier run's, and ``foxhunt resume`` finishes the longer one."""
     try:
-        latest = json.loads((run_dir / "checkpoints" / "latest.json").read_text())
-        done = json.loads((run_dir / "summary.json").read_text())["env_steps"]
-        step = latest["step"]
+        step = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
     except (OSError, ValueError, KeyError, TypeError):
-        return  # no checkpoint or summary to compare (the loader checks what it needs)
-    if isinstance(step, int) and isinstance(done, int) and step > done:
+        return  # no checkpoint to compare (the loader checks what it needs)
+    done = summary_env_steps(run_dir)
+    if isinstance(step, int) and done is not None and step > done:
         log.warning(
             "%s: its latest checkpoint (env step %d) is past its model (env step %d): a resume "
             "stopped part way, and this is the model of env step %d (`foxhunt resume %s` "

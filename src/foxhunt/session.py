@@ -14,7 +14,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,7 @@ from foxhunt.runs import (
     model_policy,
     read_data_record,
     save_model,
+    summary_env_steps,
     write_data_record,
 )
 from foxhunt.trainer import (
@@ -44,6 +45,9 @@ from foxhunt.trainer import (
     evaluation_step_limit,
     restore_state,
 )
+
+if TYPE_CHECKING:
+    from foxhunt.logging import MetricLogger
 
 log = logging.getLogger("foxhunt.session")
 
@@ -158,11 +162,7 @@ def _finished(run_dir: Path, trainer: DQNTrainer) -> bool:
     stopped part way leaves the previous, shorter run's in place)."""
     if not all((run_dir / n).is_file() for n in ("model.json", "model.safetensors")):
         return False
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(summary, dict) and summary.get("env_steps") == trainer.env_steps
+    return summary_env_steps(run_dir) == trainer.env_steps
 
 
 def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
@@ -422,7 +422,7 @@ def _resume(
         trainer.logger = MetricLogger(
             run_dir, resume=True, truncate_after_env_steps=trainer.env_steps
         )
-        _warn_lost_metrics(trainer, trainer.logger.csv_path)
+        _warn_lost_metrics(trainer, trainer.logger)
         if total != spec.total_env_steps:
             spec = spec.model_copy(update={"total_env_steps": total})
             atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
@@ -436,20 +436,18 @@ def _resume(
     return _train_loop(trainer, spec, run_dir, total, progress)
 
 
-def _warn_lost_metrics(trainer: DQNTrainer, csv_path: Path) -> None:
+def _warn_lost_metrics(trainer: DQNTrainer, logger: MetricLogger) -> None:
     """Say when metrics.csv lacks rows the run logged before its checkpoint (the file was cut
     short or removed): the resumed run logs from the checkpoint on and cannot write them again."""
     due = trainer._next_log - trainer.hp.log_interval  # the last row logged before the checkpoint
     if due < trainer.hp.log_interval:
         return  # no row was due yet
-    lines = [line for line in csv_path.read_text(encoding="utf-8").splitlines() if line]
-    column = lines[0].split(",").index("env_steps")
-    last = float(lines[-1].split(",")[column]) if len(lines) > 1 else 0.0
+    last = logger.resumed_env_steps or 0.0  # as the logger read the file when it resumed
     if last < due:
         log.warning(
             "%s ends at env step %d, but the run logged up to env step %d before its checkpoint: "
             "the rows in between are lost (the file was cut short or replaced)",
-            csv_path,
+            logger.csv_path,
             last,
             due,
         )
@@ -559,7 +557,10 @@ def walk_forward_runs(
     plans = []
     for k, (train, test) in enumerate(folds):
         path = run_root / f"fold-{k}" / "bars.csv"
-        n = len(train) + len(test) + (test.index[-1] != frame.index[-1])  # + the closing bar
+        # The bar after the test span closes its last period (the next fold trades from it);
+        # without it each fold dropped one return, and a stitched curve one per fold.
+        after = frame.iloc[frame.index.get_loc(test.index[-1]) + 1 :].iloc[:1]
+        n = len(train) + len(test) + len(after)
         try:  # exact bounds under the runs' int(n * fraction) split (half a bar of slack)
             market = MarketSpec(
                 **{
@@ -574,9 +575,6 @@ def walk_forward_runs(
                 f"fold {k}: {_format_validation_error(err, prefix='market.')} (train_size="
                 f"{train_size}, validation_size={validation_size}, test_size={test_size})"
             ) from None
-        # The bar after the test span closes its last period (the next fold trades from it);
-        # without it each fold dropped one return, and a stitched curve one per fold.
-        after = frame.iloc[frame.index.get_loc(test.index[-1]) + 1 :].iloc[:1]
         bars = pd.concat([train, test, after])
         if names and "regime" in bars and "regime_name" not in bars:
             bars = bars.assign(regime_name=[names[int(r)] for r in bars["regime"]])

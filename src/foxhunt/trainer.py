@@ -811,13 +811,13 @@ class DQNTrainer:
         """Loss and mean Q over every rank's batch, and the largest |Q| and reward of any rank:
         the health monitors then decide on the same numbers everywhere (one rank halting alone
         left the others waiting in the next all-reduce), and metrics describe the whole step."""
-        dist = torch.distributed
-        means = summary[:2] / self.dist.world_size
-        dist.all_reduce(means)
-        peaks = torch.stack([summary[2], summary.new_tensor(self.health.max_abs_reward)])
-        dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+        mine = torch.cat([summary, summary.new_tensor([self.health.max_abs_reward])])
+        ranks = [torch.empty_like(mine) for _ in range(self.dist.world_size)]
+        torch.distributed.all_gather(ranks, mine)  # one collective for means and maxima
+        every = torch.stack(ranks)
+        means, peaks = every[:, :2].mean(dim=0), every[:, 2:].amax(dim=0)
         self.health.max_abs_reward = float(peaks[1])
-        return torch.stack([means[0], means[1], peaks[0]])
+        return torch.cat([means, peaks[:1]])
 
     def _agreed_stops(self) -> tuple[int, bool]:
         """Data-parallel ranks stop together: every 16 loop iterations (they run in lockstep)

@@ -195,11 +195,10 @@ def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None =
             f"{name} {env_id!r} needs a package that is not installed: {first_line(err)}"
         ) from None
     except gym.error.DeprecatedEnv as err:
-        raise ConfigError(f"{name} {env_id!r}: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{name} {env_id!r}: {first_line(err)}") from None
     except gym.error.Error as err:
         raise ConfigError(
-            f"{name} must be a registered Gymnasium id, got: {env_id!r} "
-            f"({str(err).splitlines()[0]})"
+            f"{name} must be a registered Gymnasium id, got: {env_id!r} ({first_line(err)})"
         ) from None
     except (TypeError, ValueError, LookupError, AssertionError) as err:
         # With keyword arguments given, the errors a constructor raises on a bad argument are

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from pandas.tseries.api import guess_datetime_format
 
-from foxhunt.errors import ConfigError, DataError
+from foxhunt.errors import ConfigError, DataError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -272,12 +272,12 @@ def _decimal_float(value: decimal.Decimal) -> float:
     return math.nan if value.is_nan() else float(value)
 
 
-def _headerless(frame: pd.DataFrame, first_line: str) -> bool:
+def _headerless(frame: pd.DataFrame, head_line: str) -> bool:
     """Whether pandas took a data row for the header: most labels are numbers or dates, none a
     known column name, and there are enough columns for time + open/high/low/close."""
     labels = list(frame.columns)
     data_like = sum(_looks_like_data(c) for c in labels)
-    return len(labels) >= 5 and data_like >= len(labels) - 2 and _header_names(first_line) == 0
+    return len(labels) >= 5 and data_like >= len(labels) - 2 and _header_names(head_line) == 0
 
 
 def _positional_names(frame: pd.DataFrame, label: str) -> list[str]:
@@ -289,7 +289,7 @@ def _positional_names(frame: pd.DataFrame, label: str) -> list[str]:
 
     A price after the close (Kraken's REST OHLC puts the VWAP there, a headerless Yahoo file
     the adjusted close) is not taken for the volume: the column after it is, when it is no
-    price itself; otherwise the file is refused and asked for a header.
+    price itself; otherwise the file is read without volume (both said).
     """
     n = len(frame.columns)
     second = frame.iloc[:, 1].astype(str).str.strip()
@@ -445,8 +445,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         zlib.error,
         RuntimeError,  # zipfile: an encrypted member needs a password
     ) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{label}: cannot read file: {first}") from None
+        raise DataError(f"{label}: cannot read file: {first_line(exc)}") from None
     return frame, label
 
 
@@ -488,10 +487,9 @@ def _read_excel(path: Path, label: str) -> pd.DataFrame:
         book.close()
         sheets = pd.read_excel(path, sheet_name=visible, header=None) if visible else {}
     except Exception as exc:  # zipfile/openpyxl/XML errors of a damaged workbook alike
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(
             f"{label}: cannot read file as an .xlsx workbook (an old .xls, or a password-"
-            f"protected one? save it as .xlsx or CSV): {first}"
+            f"protected one? save it as .xlsx or CSV): {first_line(exc)}"
         ) from None
     filled = [
         (name, _sheet_frame(sheet.dropna(how="all").dropna(axis=1, how="all"), label))
@@ -716,7 +714,7 @@ def _leading_comments(lines: list[str]) -> int:
     return n
 
 
-def _check_field_counts(lines: list[str], sep: str, first_line: int, label: str) -> None:
+def _check_field_counts(lines: list[str], sep: str, first_row: int, label: str) -> None:
     """Refuse data rows with more non-empty fields than the header has names: an unquoted
     delimiter inside a value (``Jan 02, 2023``) would otherwise shift every later column. A
     trailing empty field (a delimiter at the end of each row) is harmless."""
@@ -731,7 +729,7 @@ def _check_field_counts(lines: list[str], sep: str, first_line: int, label: str)
     for i, row in enumerate(reader, start=1):
         if any(field.strip() for field in row[names:]):
             raise DataError(
-                f"{label}: line {first_line + i}: {len(row)} fields but the header has {names} "
+                f"{label}: line {first_row + i}: {len(row)} fields but the header has {names} "
                 f"(an unquoted {'space' if sep == _WHITESPACE else repr(sep)} inside a "
                 f"value?): {_fmt(lines[i])}"
             )
