@@ -343,6 +343,65 @@ def test_an_observation_that_does_not_fit_the_space_is_one_line(when: str) -> No
         trainer.close()
 
 
+@pytest.mark.parametrize(
+    ("broken", "needle"),
+    [
+        ("four_tuple", "(obs, reward, terminated, truncated, info)"),
+        ("obs_only_reset", "reset returns (obs, info)"),
+        ("text_obs", "does not fit the observation space"),
+        ("old_reset", "takes the keywords seed and options"),
+    ],
+)
+def test_an_env_that_breaks_the_gymnasium_api_is_one_line(broken: str, needle: str) -> None:
+    from foxhunt.errors import EnvironmentStepError
+    from foxhunt.trainer import DQNTrainer
+
+    class Broken(_Counter):
+        def reset(self, seed=None, options=None):  # type: ignore[no-untyped-def]
+            obs, info = super().reset(seed=seed)
+            return obs if broken == "obs_only_reset" else (obs, info)
+
+        def step(self, action):  # type: ignore[no-untyped-def]
+            obs, reward, term, trunc, info = super().step(action)
+            if broken == "four_tuple":
+                return obs, reward, term or trunc, info
+            return (
+                (np.array(["x"] * len(obs)) if broken == "text_obs" else obs),
+                reward,
+                term,
+                trunc,
+                info,
+            )
+
+    class OldReset(_Counter):
+        def reset(self):  # type: ignore[no-untyped-def,override]
+            return super().reset()
+
+    trainer = DQNTrainer(_hp(), OldReset() if broken == "old_reset" else Broken())
+    try:
+        with pytest.raises(EnvironmentStepError) as info:
+            trainer.learn(20)
+        assert needle in str(info.value) and "\n" not in str(info.value)
+    finally:
+        trainer.close()
+
+
+def test_an_envs_own_error_keeps_its_type_and_traceback() -> None:
+    """A ValueError the env raises itself (a price feed's) is its bug, not an API mismatch."""
+    from foxhunt.trainer import DQNTrainer
+
+    class Feed(_Counter):
+        def step(self, action):  # type: ignore[no-untyped-def]
+            raise ValueError("price feed returned a negative price")
+
+    trainer = DQNTrainer(_hp(), Feed())
+    try:
+        with pytest.raises(ValueError, match=r"^price feed returned a negative price$"):
+            trainer.learn(20)
+    finally:
+        trainer.close()
+
+
 def test_bad_eval_env_arguments_name_eval_env() -> None:
     from foxhunt.trainer import DQNTrainer
 
@@ -571,3 +630,24 @@ def test_an_env_constructor_bug_is_not_blamed_on_env_kwargs():
             make_gym_env("FrozenLake-v1", kwargs={"map_name": "9x9"})
     finally:
         gym.registry.pop("foxhunt-test/Buggy-v0")
+
+
+def test_torch_threads_hold_inside_learn_and_evaluate_only() -> None:
+    """A notebook that builds a trainer keeps its own thread count for everything else."""
+    import torch
+
+    from foxhunt.trainer import DQNTrainer
+
+    before = torch.get_num_threads()
+    mine = before + 1
+    seen: list[int] = []
+    trainer = DQNTrainer(_hp(torch_threads=mine, log_interval=10), _Counter())
+    try:
+        assert torch.get_num_threads() == before
+        trainer.learn(30, callback=lambda row: seen.append(torch.get_num_threads()))
+        assert seen and set(seen) == {mine} and torch.get_num_threads() == before
+        trainer.evaluate(1, max_steps=5)
+        assert torch.get_num_threads() == before
+    finally:
+        trainer.close()
+        torch.set_num_threads(before)

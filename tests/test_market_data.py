@@ -882,6 +882,24 @@ def test_epoch_column_that_changes_unit_part_way(tmp_path, caplog):
 
 
 @pytest.mark.parametrize(
+    ("start", "periods"), [("1965-01-04", 2600), ("1971-01-01", 300)], ids=["across", "within"]
+)
+def test_millisecond_epochs_of_1966_to_1973_are_not_read_as_seconds(
+    tmp_path, caplog, start, periods
+):
+    # Below 1e11, one by one they read as seconds of the years 3000 and on (or before 1677).
+    days = pd.bdate_range(start, periods=periods)
+    rows = "".join(f"{t},1,2,0.5,1.5,10\n" for t in days.as_unit("ms").asi8)
+    df = load_ohlcv(write(tmp_path, "timestamp,open,high,low,close,volume\n" + rows))
+    assert list(df.index) == list(days)
+    assert "change unit" not in caplog.text
+    # Times 1 ms apart are not bars: 11 packed digits stay refused, not read as 1970's ms.
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, bars(["20240102093", "20240102094"]), "packed.csv"))
+    assert_one_line(err, "packed.csv", "epoch time (s) beyond")
+
+
+@pytest.mark.parametrize(
     "name",
     ["Volume MA", "Vol SMA 20", "Relative Volume", "Up Volume", "taker_buy_base_asset_volume"],
 )
@@ -1138,6 +1156,15 @@ def test_a_vendor_footer_is_skipped_but_a_broken_last_bar_is_not(tmp_path, caplo
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, truncated + footer + "\n", "c.csv"))
     assert_one_line(err, "c.csv", "row 4")
+
+
+def test_probing_a_footer_row_says_nothing_about_the_date_order(tmp_path, caplog):
+    # 01/03 reads both ways on its own; the column (02/24 ...) is month-first beyond doubt.
+    rows = ["02/24/2023", "02/23/2023", "02/22/2023", "01/03/2023"]
+    text = HEADER + "".join(f"{d},10,11,9,10,100\n" for d in rows) + "Downloaded from here\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert df.index[0] == pd.Timestamp("2023-01-03") and len(df) == 4
+    assert "skipped as a footer" in caplog.text and "also reads as" not in caplog.text
 
 
 def test_a_date_column_holding_the_time_is_not_joined_to_hour_and_minute_columns(tmp_path):

@@ -503,3 +503,21 @@ def test_an_evaluation_episode_is_the_whole_span_however_long():
     counts: dict[str, int] = {}
     episode_returns(env, lambda obs: 1, [0], counts=counts)
     assert counts == {"cut": 0} and env._t == 1499
+
+
+def test_a_dataframe_is_pointed_to_prepare_market() -> None:
+    """A user's first try, TradingEnv(df), names the function that builds its arrays causally."""
+    import pandas as pd
+
+    import foxhunt
+
+    rng = np.random.default_rng(0)
+    close = 100.0 * np.exp(np.cumsum(rng.normal(0.0, 0.01, 400)))
+    df = pd.DataFrame(
+        {"open": close, "high": close * 1.01, "low": close * 0.99, "close": close},
+        index=pd.date_range("2020-01-01", periods=400, freq="D"),
+    )
+    with pytest.raises(DataError, match=r"takes MarketArrays, got DataFrame: .*prepare_market"):
+        TradingEnv(df)  # type: ignore[arg-type]
+    env = foxhunt.TradingEnv(foxhunt.prepare_market(df, train_end=300, n_regimes=2))
+    check_env(env, skip_render_check=True)

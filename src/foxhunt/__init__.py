@@ -44,6 +44,8 @@ _LAZY = {
     "next_position": "foxhunt.session",
     "walk_forward_runs": "foxhunt.session",
     "load_ohlcv": "foxhunt.markets.data",
+    "prepare_market": "foxhunt.markets.pipeline",
+    "MarketArrays": "foxhunt.markets.arrays",
 }
 
 if TYPE_CHECKING:
@@ -53,7 +55,9 @@ if TYPE_CHECKING:
     from foxhunt.envs.trading import TradingEnv, TradingEnvConfig
     from foxhunt.hyperopt import run_hyperopt
     from foxhunt.learner import DQNAgent, GradientStats
+    from foxhunt.markets.arrays import MarketArrays
     from foxhunt.markets.data import load_ohlcv
+    from foxhunt.markets.pipeline import prepare_market
     from foxhunt.networks import QNetwork, RegimeConditionalDQN
     from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
     from foxhunt.runs import build_spec, load_model
@@ -87,6 +91,7 @@ __all__ = [
     "EnvironmentStepError",
     "FoxhuntError",
     "GradientStats",
+    "MarketArrays",
     "PrioritizedReplayBuffer",
     "QEnsemble",
     "QNetwork",
@@ -102,6 +107,7 @@ __all__ = [
     "load_model",
     "load_ohlcv",
     "next_position",
+    "prepare_market",
     "resume_run",
     "run_hyperopt",
     "train_ensemble",

@@ -268,8 +268,22 @@ class DQNAgent:
         n_regimes: int = 0,
     ) -> None:
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise ConfigError(
-                f"action space must be Discrete, got: {action_space} (DQN needs discrete actions)"
+            hint = "DQN picks one of n actions"
+            joint = None
+            if isinstance(action_space, gym.spaces.MultiDiscrete):
+                joint = int(np.prod(action_space.nvec))
+            elif isinstance(action_space, gym.spaces.MultiBinary):
+                joint = 2 ** int(np.prod(action_space.shape))
+            if joint is not None:
+                hint += (
+                    f": wrap the env so that its actions are the {joint} joint choices, "
+                    f"Discrete({joint})"
+                )
+            raise ConfigError(f"action space must be Discrete, got: {action_space} ({hint})")
+        if int(action_space.n) == 1:
+            log.warning(
+                "the action space holds one action (Discrete(1)): every policy is the same and "
+                "there is nothing to learn"
             )
         if not isinstance(observation_space, gym.spaces.Box):
             hint = (

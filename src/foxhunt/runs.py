@@ -908,7 +908,8 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
     kept them (falling back to the final weights), ``"final"`` the weights at the end of
     training, ``"latest"`` those of the latest checkpoint of a ``foxhunt train`` run (one
     stopped part way, or still training: :func:`foxhunt.session.checkpoint_agent`).
-    ``agent.act(obs)`` then gives the greedy action.
+    ``agent.predict(obs)`` then gives the greedy action in the env's terms (``act`` is the
+    network's view: one-hot vectors for a Discrete observation, action indices from 0).
     """
     run_dir = Path(run_dir)
     from safetensors import SafetensorError

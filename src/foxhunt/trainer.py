@@ -13,6 +13,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import signal
 import threading
 import time
@@ -281,6 +282,8 @@ class DQNTrainer:
     Parts are injected, not inherited: pass ``logger`` (anything with ``log(row)``) and
     ``eval_env`` to replace the defaults. :meth:`save` writes the trained policy for
     :func:`foxhunt.load_model`; ``foxhunt train`` adds checkpoints, metrics and exact resume.
+    ``torch_threads`` holds only inside :meth:`learn` and :meth:`evaluate`: the caller's torch
+    thread count is theirs again after each (a notebook's other work is not made single-threaded).
     """
 
     def __init__(
@@ -301,9 +304,7 @@ class DQNTrainer:
             )
         hp = hyperparameters
         self.hp = hp
-        if hp.torch_threads:
-            torch.set_num_threads(hp.torch_threads)
-        seed_everything(hp.seed)
+        seed_everything(hp.seed)  # as SB3 does: Python's, NumPy's and torch's global RNGs
         self.logger = logger
         self.progress = progress
         self.envs = make_vector_env(env, hp.n_envs, hp.vector_env)
@@ -597,15 +598,27 @@ class DQNTrainer:
         return metrics
 
     # --- collection
-    def _env_failed(self, exc: ValueError, when: str) -> EnvironmentStepError:
-        """A ValueError out of the envs' reset or step, as one line naming the env step and the
-        observation space (an env whose observation does not fit its space fails here, inside
-        gymnasium's stacking of the sub-envs' observations, with no word of either)."""
-        space = self.envs.single_observation_space
+    def _env_failed(self, exc: Exception, when: str) -> EnvironmentStepError | None:
+        """An error out of the envs' reset or step that breaks Gymnasium's env API, as one line
+        naming the env step and what the API asks for; None for any other error, which is the
+        env's own and keeps its traceback. (Gymnasium's stacking of the sub-envs' observations
+        says "Output array is the wrong shape", with no word of the space or the step.)"""
+        message = first_line(exc)
+        if isinstance(exc, ValueError) and "values to unpack" in message:
+            hint = (
+                "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
+                "terminated, truncated, info); an old Gym env returns other tuples"
+            )
+        elif "wrong shape" in message or "Cannot cast array data" in message:
+            space = self.envs.single_observation_space
+            hint = f"an observation that does not fit the observation space {space} fails this way"
+        elif re.search(r"unexpected keyword argument '(seed|options)'", message):
+            hint = "a Gymnasium env's reset takes the keywords seed and options"
+        else:
+            return None
         return EnvironmentStepError(
-            f"environment {when} failed at env step {self.env_steps}: ValueError: "
-            f"{first_line(exc)} (an observation that does not fit the observation space "
-            f"{space} fails this way)"
+            f"environment {when} failed at env step {self.env_steps}: "
+            f"{type(exc).__name__}: {message} ({hint})"
         )
 
     def _reset_envs(self) -> None:
@@ -614,8 +627,11 @@ class DQNTrainer:
             self._obs = np.asarray(obs, dtype=np.float32)
         except FoxhuntError:
             raise
-        except ValueError as exc:
-            raise self._env_failed(exc, "reset") from exc
+        except (ValueError, TypeError) as exc:
+            failed = self._env_failed(exc, "reset")
+            if failed is None:
+                raise
+            raise failed from exc
         self.health.check_env_step(self._obs, np.zeros(self.hp.n_envs), self.env_steps)
 
     def collect_step(self) -> None:
@@ -643,8 +659,11 @@ class DQNTrainer:
                     real_next[i] = np.asarray(final[i], dtype=np.float32)
         except FoxhuntError:
             raise
-        except ValueError as exc:
-            raise self._env_failed(exc, "step") from exc
+        except (ValueError, TypeError) as exc:
+            failed = self._env_failed(exc, "step")
+            if failed is None:
+                raise
+            raise failed from exc
         self.health.check_env_step(real_next, rewards, self.env_steps + hp.n_envs)
         if any_ended:  # the autoreset observations start the next episodes: check them too
             self.health.check_env_step(next_obs, rewards, self.env_steps + hp.n_envs)
@@ -678,7 +697,7 @@ class DQNTrainer:
             self._eval_env = self._eval_maker()
         env = self._eval_env
         seeds = [self.hp.seed + 1_000_003 + k for k in range(n)]
-        with self.agent.evaluation():
+        with self._torch_threads(), self.agent.evaluation():
             returns = episode_returns(
                 env, lambda obs: int(self.agent.greedy_actions(obs)[0]), seeds, max_steps
             )
@@ -718,7 +737,7 @@ class DQNTrainer:
         steps_start, updates_start = self.env_steps, self.agent.optimizer_steps
         self._eval_seconds = 0.0
         self._callback_stop = False
-        with self._deferred_sigint():
+        with self._torch_threads(), self._deferred_sigint():
             self._loop(total_env_steps, progress, callback)
         elapsed = time.perf_counter() - t_start
         summary = self.summary(elapsed, self.env_steps - steps_start, updates_start)
@@ -837,6 +856,18 @@ class DQNTrainer:
         torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
         signum, ended = flags.tolist()
         return int(signum), bool(ended)
+
+    @contextlib.contextmanager
+    def _torch_threads(self) -> Iterator[None]:
+        """``torch_threads`` for this block, then the caller's count again."""
+        threads = torch.get_num_threads()
+        if self.hp.torch_threads and self.hp.torch_threads != threads:
+            torch.set_num_threads(self.hp.torch_threads)
+        try:
+            yield
+        finally:
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
 
     @contextlib.contextmanager
     def _deferred_sigint(self) -> Iterator[None]:

@@ -143,6 +143,12 @@ def step_growth(old: Any, new: Any, market_return: Any, cost_rate: float) -> tup
 
 def validate_market(market: MarketArrays, window: int) -> None:
     """Raise DataError/ConfigError if ``market`` cannot drive a TradingEnv with ``window``."""
+    if not isinstance(market, MarketArrays):
+        raise DataError(
+            f"TradingEnv takes MarketArrays, got {type(market).__name__}: build them with "
+            "foxhunt.prepare_market(df, train_end=N), which fits the feature normalisation and "
+            "the regime detector on the first N rows only"
+        )
     n = len(market)
     if n < window + 2:
         raise ConfigError(

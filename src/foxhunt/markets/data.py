@@ -1038,6 +1038,17 @@ def _leading_unit_rows(
     return count
 
 
+@contextlib.contextmanager
+def _silenced() -> Iterator[None]:
+    """This module's warnings held back, for a parse that only probes."""
+    was = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = was
+
+
 def _bar_less(
     frame: pd.DataFrame,
     found: dict[str, object],
@@ -1048,7 +1059,8 @@ def _bar_less(
 ) -> bool:
     """Whether row ``pos`` has neither a timestamp that reads nor two readable prices."""
     try:
-        _parse_timestamps(stamps.iloc[pos : pos + 1], label, column)
+        with _silenced():  # one row's reading says nothing about the column (day <= 12 ...)
+            _parse_timestamps(stamps.iloc[pos : pos + 1], label, column)
         return False  # a row with its own timestamp is a bar, broken or not
     except DataError:
         pass
@@ -1188,7 +1200,22 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
                 "are neither dates (YYYYMMDD, YYYYMMDDHHMM[SS], a year) nor Unix epoch times; "
                 "write dates such as 2023-01-31 or 2023-01-31 09:30"
             )
+        # Checked before converting: past 2262 nanoseconds wrap around without an error.
+        latest = pd.Timestamp(pd.Timestamp.now().year + 2, 1, 1).timestamp()
         units = _epoch_units(values)
+        seconds = values / np.power(1000.0, units)
+        late = (seconds >= latest) | (seconds < -9.2e9)
+        if late.any() and 2 * late[units == 0].sum() > (units == 0).sum():
+            # Millisecond epochs from 1966 to 1973 are below 1e11, so one by one they read as
+            # seconds of the years 3000 and on. When most values read as seconds are no date,
+            # one unit that reads every value as a date, bars at least a second apart, wins.
+            for code in range(1, len(_EPOCH_UNITS)):
+                whole = values / 1000.0**code
+                gaps = np.diff(np.unique(whole))
+                if np.all((whole < latest) & (whole >= -9.2e9)) and np.all(gaps >= 1):
+                    units = np.full(len(values), code)
+                    late = np.zeros(len(values), dtype=bool)
+                    break
         changed = units != units[0]
         if changed.any():
             # Binance's klines went from ms to us on 2025-01-01: files joined across that date
@@ -1203,10 +1230,6 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
                 _EPOCH_UNITS[units[0]],
                 _EPOCH_UNITS[units[pos]],
             )
-        seconds = values / np.power(1000.0, units)
-        # Checked before converting: past 2262 nanoseconds wrap around without an error.
-        latest = pd.Timestamp(pd.Timestamp.now().year + 2, 1, 1).timestamp()
-        late = (seconds >= latest) | (seconds < -9.2e9)
         if late.any():
             pos = int(np.argmax(late))
             raise fail_at(
