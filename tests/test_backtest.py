@@ -281,6 +281,17 @@ def test_regime_oracle_goes_long_up_short_down_and_beats_buy_and_hold():
     assert bt.oracle_positions(reference, pricey) == {0: 0.0, 1: 0.0}
 
 
+def test_regime_rule_without_a_detector_opinion_stays_flat():
+    """A reference span whose detector never left its uniform no-opinion rows gives the rule no
+    state to learn from: flat on every bar (it crashed on the empty run-length table)."""
+    reference, test = regime_market(200, seed=0), regime_market(100, seed=1)
+    reference.regime_probs[:] = 0.5
+    cfg = TradingEnvConfig(window=5)
+    assert bt.regime_rule_positions(reference, cfg) == {}
+    res = bt.regime_rule(test, cfg, reference)
+    assert np.all(res.positions == 0.0) and res.metrics["total_log_return"] == 0.0
+
+
 def test_regime_rule_holds_each_detector_states_training_direction_causally():
     """The rule decides at bar t from the detector's state at t (never t + 1), by the oracle's
     cost rule learned on the reference span, and appending bars changes nothing decided."""

@@ -225,13 +225,19 @@ def test_walk_forward_runs_train_each_fold_on_its_own_past(tmp_path: Path) -> No
     assert saved["agent_total_log_return"].tolist() == pytest.approx(
         table["agent_total_log_return"].tolist()
     )
-    # Every input is checked before anything is written.
-    for sizes, needle in (
-        ({"validation_size": 450, "test_size": 120}, "validation_size must be between 1 and"),
-        # one test bar: the last fold has no next bar to close its period on
-        ({"validation_size": 100, "test_size": 1}, "fold 1: market.train_fraction"),
-        ({"validation_size": 100, "test_size": "120"}, "test_size must be a positive integer"),
+    # Every input is checked before anything is written, every fold's too: a fold that training
+    # would refuse left the folds before it trained and the directory unusable for a retry.
+    for train_size, sizes, needle in (
+        (450, {"validation_size": 450, "test_size": 120}, "validation_size must be between 1"),
+        # one test bar: two with fold 0's closing bar, of the 3 a backtest needs
+        (450, {"validation_size": 100, "test_size": 1}, r"fold 0 of 452 bars .*leave 2 test"),
+        # two: fold 0 closes on fold 1's first bar (3 test bars), the last fold has 2 of 3
+        (450, {"validation_size": 100, "test_size": 2}, r"fold 1 of 452 bars .*leave 2 test"),
+        (60, {"validation_size": 10, "test_size": 20}, r"fold 0 .*trading.window=32 needs"),
+        (450, {"validation_size": 100, "test_size": "120"}, "test_size must be a positive"),
     ):
         with pytest.raises(ConfigError, match=needle):
-            foxhunt.walk_forward_runs(spec, tmp_path / "wf2", n_folds=2, train_size=450, **sizes)
+            foxhunt.walk_forward_runs(
+                spec, tmp_path / "wf2", n_folds=2, train_size=train_size, **sizes
+            )
         assert not (tmp_path / "wf2").exists()

@@ -180,6 +180,15 @@ def test_detectors_refuse_a_training_span_without_price_movement(market):
         VolatilityTrendDetector().fit(flat)
     with pytest.raises(DataError, match="saw no price movement in their window"):
         GaussianHMMDetector(4).fit(flat)
+    # A constant bar range around a constant price (or a money-market fund's steady growth):
+    # every HMM observation alike, so every state alike and the filter uniform on every bar.
+    steady = market.iloc[:300].copy()
+    steady["close"] = steady["open"] = 100.0 * 1.0002 ** np.arange(300)
+    steady["high"], steady["low"] = steady["close"] * 1.001, steady["close"] / 1.001
+    with pytest.raises(DataError, match="HMM observations, each bar's log return and recent"):
+        GaussianHMMDetector(4).fit(steady)
+    probs = GaussianHMMDetector(1).fit(steady).predict_proba(steady)  # one state: nothing to tell
+    assert np.allclose(probs, 1.0)
 
 
 def test_hmm_features_layout(market):

@@ -519,6 +519,8 @@ def flat(
 
 def _run_lengths(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(label, length) of each maximal run of equal consecutive labels."""
+    if labels.size == 0:
+        return labels, labels
     starts = np.flatnonzero(np.diff(labels, prepend=labels[0] - 1) != 0)
     lengths = np.diff(np.append(starts, labels.size))
     return labels[starts], lengths

@@ -455,6 +455,7 @@ def build_trading(
     recorded: dict[str, Any] | None = None,
     purpose: Literal["evaluate", "resume"] = "evaluate",
     continuing: bool = False,
+    frame: Any | None = None,
 ) -> TradingSetup:
     """Load (or synthesise) the market, fit features and regimes on the training span only.
 
@@ -463,7 +464,8 @@ def build_trading(
     :func:`check_data_record`. Data passed as ``data_override`` continues the run when it holds
     the run's bars at the same times (:func:`continues_record`: spans kept as trained);
     otherwise it is new data, split by the fractions like any file, unless ``continuing``
-    (acting on new bars), which refuses it.
+    (acting on new bars), which refuses it. ``frame``: the bars ``market.data`` will hold, not
+    yet written (a walk-forward fold checked before any fold is written).
     """
     from foxhunt.markets.pipeline import prepare_market
 
@@ -471,7 +473,12 @@ def build_trading(
     config = spec.trading_config()
     source = data_override if data_override is not None else m.data
     min_rows = 3 * (config.window + 2)
-    df = load_market_frame(spec, data_override)
+    if frame is None:
+        df = load_market_frame(spec, data_override)
+    else:  # as the file will read: load_ohlcv's columns (a synthetic market's regime ids)
+        from foxhunt.markets.data import load_ohlcv
+
+        df = load_ohlcv(frame)
     n = len(df)
     if n < min_rows:
         raise ConfigError(

@@ -22,7 +22,7 @@ import torch
 
 from foxhunt._io import atomic_write_text, shell_quoted
 from foxhunt.config import DQNHyperparameters
-from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted
+from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line
 from foxhunt.learner import DQNAgent
 from foxhunt.runs import (
     RunSpec,
@@ -531,7 +531,7 @@ def walk_forward_runs(
 
     from foxhunt.config import _format_validation_error
     from foxhunt.markets.data import walk_forward
-    from foxhunt.runs import MarketSpec, load_market_frame
+    from foxhunt.runs import MarketSpec, build_trading, load_market_frame
 
     if not spec.is_trading:
         raise ConfigError(f"walk_forward_runs is for trading runs; got env {spec.env!r}")
@@ -578,7 +578,16 @@ def walk_forward_runs(
         bars = pd.concat([train, test, after])
         if names and "regime" in bars and "regime_name" not in bars:
             bars = bars.assign(regime_name=[names[int(r)] for r in bars["regime"]])
-        plans.append((path, bars, spec.model_copy(update={"market": market}), train, test))
+        fold_spec = spec.model_copy(update={"market": market})
+        try:  # what training the fold would refuse (span sizes, window, detector), refused now
+            build_trading(fold_spec, frame=bars)
+        except FoxhuntError as err:
+            raise ConfigError(
+                f"fold {k} of {len(bars)} bars (train_size={train_size}, validation_size="
+                f"{validation_size}, test_size={test_size}, the bar after its test window if "
+                f"any): {first_line(err)}"
+            ) from None
+        plans.append((path, bars, fold_spec, train, test))
     rows = []
     for k, (path, bars, fold_spec, train, test) in enumerate(plans):
         path.parent.mkdir(parents=True)

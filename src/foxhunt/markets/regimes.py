@@ -439,6 +439,14 @@ class GaussianHMMDetector:
             )
         self.feature_mean_ = x_raw.mean(axis=0)
         std = x_raw.std(axis=0)
+        if k > 1 and not (std > 1e-12).any():
+            # Standardised, every observation would be 0 and every state alike: the filter
+            # would report uniform probabilities on every bar, new data or not.
+            raise DataError(
+                f"<DataFrame>: the training span's prices barely move (its {x_raw.shape[0]} HMM "
+                "observations, each bar's log return and recent mean true range, are all the "
+                "same): the HMM detector cannot tell regimes apart"
+            )
         self.feature_std_ = np.where(std > 1e-12, std, 1.0)
         x = np.clip(
             (x_raw - self.feature_mean_) / self.feature_std_, -self.clip_sigma, self.clip_sigma
