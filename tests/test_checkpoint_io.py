@@ -680,3 +680,19 @@ def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path: Path) -> None:
     mode = (tmp_path / "a.json").stat().st_mode & 0o777
     assert mode == plain.stat().st_mode & 0o777 == _FILE_MODE
     assert not list(tmp_path.glob(".*.tmp")) and os.access(tmp_path / "a.json", os.R_OK)
+
+
+def test_a_failed_atomic_write_names_the_file_asked_for(tmp_path: Path, monkeypatch) -> None:
+    """The temp file's name (.x.csv.30er06a2.tmp) is one the user never gave."""
+    import errno
+    import tempfile
+
+    from foxhunt._io import atomic_write_text
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".x.csv.abc.tmp"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", full)
+    with pytest.raises(OSError) as err:
+        atomic_write_text(tmp_path / "x.csv", "data")
+    assert err.value.filename == str(tmp_path / "x.csv") and err.value.errno == errno.ENOSPC

@@ -383,6 +383,52 @@ def test_resume_refuses_a_config_that_builds_another_environment(run: Path, tmp_
     _check_same_environment(edited, build_spec(env="FrozenLake-v1"), old)
 
 
+def test_evaluate_refuses_a_config_whose_env_the_model_does_not_fit(run: Path, tmp_path: Path):
+    """config.yaml edited after training: evaluate failed inside the network with a traceback
+    (another env's observation shape), or on an emptied file, as a trading run."""
+    import shutil
+
+    from foxhunt.errors import ConfigError
+    from foxhunt.session import evaluate_run
+
+    edited = tmp_path / "edited"
+    shutil.copytree(run, edited)
+    config = yaml.safe_load((edited / "config.yaml").read_text())
+    (edited / "config.yaml").write_text(yaml.safe_dump({**config, "env": "Acrobot-v1"}))
+    out = foxhunt("evaluate", str(edited), "--episodes", "1", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "shape (4,) and chooses among 2 actions" in out.stderr
+    assert "('Acrobot-v1') gives observations of shape (6,) and 3 actions" in out.stderr
+    (edited / "config.yaml").write_text("")
+    with pytest.raises(ConfigError, match=r"the trading env\) gives observations of shape"):
+        evaluate_run(edited)
+    assert not (edited / "backtest").exists()
+
+
+def test_a_stop_signal_names_its_stop_without_importing_torch(tmp_path: Path) -> None:
+    """Ctrl-C during startup lands while torch is half imported: the handler importing it
+    again crashed (a traceback, a segfault)."""
+    code = (
+        "import argparse, sys\n"
+        "from foxhunt import cli\n"
+        "print(cli._interrupted(KeyboardInterrupt(), argparse.Namespace(command='evaluate'), "
+        "'interrupted'))\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "interrupted"
+
+
 def test_evaluation_options_that_do_not_apply_are_refused(tmp_path: Path) -> None:
     """--data/--split score trading runs, --episodes Gymnasium runs; neither is ignored, for
     single runs and ensembles alike (both go through check_evaluation_options)."""

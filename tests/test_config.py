@@ -47,6 +47,8 @@ def test_int_fields_reject_non_integers(field: str, value: object) -> None:
         ({"learning_rate": math.inf}, "learning_rate must be finite, got: inf"),
         ({"learning_rate": "fast"}, "learning_rate must be a number, got: 'fast'"),
         ({"gamma": 1.01}, "gamma must be at most 1.0, got: 1.01"),
+        # A hundred thousand threads exhausted memory before the first step.
+        ({"torch_threads": 100_000}, "torch_threads must be at most 1024, got: 100000"),
         ({"gamma": -0.1}, "gamma must be at least 0.0, got: -0.1"),
         ({"gamma": math.nan}, "gamma must be finite, got: nan"),
         ({"max_grad_norm": 0.0}, "max_grad_norm must be greater than 0.0, got: 0.0"),

@@ -350,6 +350,7 @@ def test_an_observation_that_does_not_fit_the_space_is_one_line(when: str) -> No
         ("obs_only_reset", "reset returns (obs, info)"),
         ("text_obs", "does not fit the observation space"),
         ("old_reset", "takes the keywords seed and options"),
+        ("gym_error", "DependencyNotInstalled: pygame is not installed (raised by Gymnasium"),
     ],
 )
 def test_an_env_that_breaks_the_gymnasium_api_is_one_line(broken: str, needle: str) -> None:
@@ -358,6 +359,8 @@ def test_an_env_that_breaks_the_gymnasium_api_is_one_line(broken: str, needle: s
 
     class Broken(_Counter):
         def reset(self, seed=None, options=None):  # type: ignore[no-untyped-def]
+            if broken == "gym_error":  # what env_kwargs.render_mode=human does without pygame
+                raise gym.error.DependencyNotInstalled("pygame is not installed")
             obs, info = super().reset(seed=seed)
             return obs if broken == "obs_only_reset" else (obs, info)
 
@@ -651,3 +654,28 @@ def test_torch_threads_hold_inside_learn_and_evaluate_only() -> None:
     finally:
         trainer.close()
         torch.set_num_threads(before)
+
+
+class _Warns(_Counter):
+    def __init__(self) -> None:
+        import warnings
+
+        warnings.warn("\x1b[33mWARN: this env is out of date\x1b[0m\n(second line)", stacklevel=2)
+        super().__init__()
+
+
+def test_gymnasium_warnings_are_one_log_line_and_none_precede_an_error(caplog, recwarn):
+    from foxhunt.envs.gym_envs import make_gym_env
+
+    gym.register("FoxhuntWarns-v0", entry_point=_Warns)
+    try:
+        make_gym_env("FoxhuntWarns-v0").close()
+    finally:
+        gym.registry.pop("FoxhuntWarns-v0")
+    lines = [r.getMessage() for r in caplog.records if "out of date" in r.getMessage()]
+    assert lines == ["env 'FoxhuntWarns-v0': WARN: this env is out of date"]
+    assert not [w for w in recwarn if "out of date" in str(w.message)]
+    caplog.clear()
+    with pytest.raises(ConfigError, match=r"^env 'Taxi-v3': Environment version v3 .* deprecated"):
+        make_gym_env("Taxi-v3")  # gymnasium warns, then raises: the one line says it all
+    assert not caplog.records and not [w for w in recwarn if "Taxi" in str(w.message)]

@@ -35,7 +35,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to a temp file in the same directory, fsync it, then ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:  # named by the temp file's name, which the user never gave
+        raise OSError(err.errno, err.strerror, str(path)) from err
     try:
         # mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask) so
         # run files stay readable by whoever the user's umask allows, like every other file.

@@ -657,8 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             # Joins a torchrun job when launched by torchrun; no-op otherwise.
             init_from_env("cuda" if torch.cuda.is_available() else "cpu")
-            from foxhunt.errors import TrainingHalted
-            from foxhunt.trainer import TrainingInterrupted
+            from foxhunt.errors import TrainingHalted, TrainingInterrupted
 
             try:
                 code = COMMANDS[args.command](args)
@@ -728,7 +727,7 @@ def _json(value: Any) -> str:
 
 def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> str:
     """What a Ctrl-C (or SIGTERM: ``how``) left behind, and what to run next."""
-    from foxhunt.trainer import TrainingInterrupted
+    from foxhunt.errors import TrainingInterrupted
 
     if isinstance(err, TrainingInterrupted) and err.checkpoint is not None:
         run_dir = err.checkpoint.parent.parent

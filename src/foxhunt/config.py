@@ -277,8 +277,9 @@ class DQNHyperparameters(BaseModel):
     """Seed for Python, NumPy, torch, replay sampling and environments."""
     device: str = "auto"
     """auto, cpu, cuda, cuda:N or mps."""
-    torch_threads: NonNegativeInt = 1
-    """Intra-op CPU threads for torch; DQN-sized nets run fastest on one (0: torch default)."""
+    torch_threads: Annotated[int, Strict(), Field(ge=0, le=1024)] = 1
+    """Intra-op CPU threads for torch; DQN-sized nets run fastest on one (0: torch default). At
+    most 1024: a hundred thousand threads exhausted memory before the first step."""
     mixed_precision: Literal["off", "bf16", "fp16"] = "off"
     """Autocast dtype for the forward pass; fp16 adds a gradient scaler (CUDA)."""
     compile: bool = False

@@ -7,6 +7,9 @@ must name the field or file and the offending value.
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 
 class FoxhuntError(Exception):
     """Base class for errors caused by user input (never by a bug in foxhunt)."""
@@ -30,6 +33,21 @@ class EnvironmentStepError(FoxhuntError):
 
 class TrainingHalted(FoxhuntError):
     """A health monitor with the ``stop`` policy ended training; the message says why."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) honoured at a loop boundary; says where training stopped, what was
+    saved and which signal asked (``signum``). Here, not in the trainer, so the CLI's Ctrl-C
+    handler can name it without importing torch (a Ctrl-C during that import left it
+    half-loaded, and importing it again from the handler crashed)."""
+
+    def __init__(
+        self, env_steps: int, checkpoint: Path | None, signum: int = signal.SIGINT
+    ) -> None:
+        super().__init__(env_steps, checkpoint)
+        self.env_steps = env_steps
+        self.checkpoint = checkpoint
+        self.signum = signum
 
 
 def first_line(exc: BaseException) -> str:

@@ -741,15 +741,41 @@ def evaluate_run(
     agent = load_model(run_dir, model)
     model = _weights_used(run_dir, model)
     act = model_policy(agent)
+    fits = _model_fits(agent, run_dir)
     if not spec.is_trading:
-        out = {"model": model, **gym_evaluation(spec, act, episodes)}
+        out = {"model": model, **gym_evaluation(spec, act, episodes, fits=fits)}
         # The best weights' score beside the final one's, never over it.
         name = "evaluation.json" if model == "final" else f"evaluation_{model}.json"
         atomic_write_text(run_dir / name, json.dumps(out, indent=2))
         return out
     return backtest_run(
-        run_dir, spec, act, data=data, split="test" if split is None else split, model=model
+        run_dir,
+        spec,
+        act,
+        data=data,
+        split="test" if split is None else split,
+        model=model,
+        fits=fits,
     )
+
+
+def _model_fits(agent: DQNAgent, run_dir: Path) -> Callable[[Any, str], None]:
+    """A check that the run's env, as config.yaml builds it, is the one the model was trained
+    on: a config.yaml edited (or emptied) after training otherwise failed deep in the network
+    with a shape error, or acted on the wrong actions."""
+
+    def check(env: Any, what: str) -> None:
+        shape = tuple(int(d) for d in env.observation_space.shape)
+        n = int(getattr(env.action_space, "n", -1))
+        if shape != agent.obs_shape or n != agent.n_actions:
+            raise ConfigError(
+                f"{run_dir}: the model (model.json) takes observations of shape "
+                f"{agent.obs_shape} and chooses among {agent.n_actions} actions, but the env "
+                f"config.yaml describes ({what}) gives observations of shape {shape} and "
+                f"{n} actions: was config.yaml changed after training?"
+            )
+
+    return check
 
 
 def check_evaluation_options(
@@ -773,11 +799,20 @@ def check_evaluation_options(
     return episodes
 
 
-def gym_evaluation(spec: RunSpec, act: Any, episodes: int) -> dict[str, Any]:
-    """Greedy returns of ``act`` on the run's Gymnasium env, on seeds shared by every evaluator."""
+def gym_evaluation(
+    spec: RunSpec, act: Any, episodes: int, *, fits: Callable[[Any, str], None] | None = None
+) -> dict[str, Any]:
+    """Greedy returns of ``act`` on the run's Gymnasium env, on seeds shared by every evaluator.
+    ``fits`` checks the env against the model first."""
     from foxhunt.envs.gym_envs import make_gym_env
 
     env = make_gym_env(spec.env, kwargs=spec.env_kwargs)  # type: ignore[arg-type]
+    if fits is not None:
+        try:
+            fits(env, repr(spec.env))
+        except ConfigError:
+            env.close()
+            raise
     seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
     try:
         limit, counts = evaluation_step_limit(env), {"cut": 0}
@@ -809,9 +844,10 @@ def backtest_run(
     split: str,
     setup: TradingSetup | None = None,
     model: str = "final",
+    fits: Callable[[Any, str], None] | None = None,
 ) -> dict[str, Any]:
     """Agent vs buy-and-hold, flat, the regime rule and (when true regimes are known) the
-    regime oracle.
+    regime oracle. ``fits`` checks the trading env against the model first.
 
     ``setup`` is the run's market when the caller already built it (an ensemble backtests its
     members on the same one), so the detector is not fitted twice. ``model`` names the weights
@@ -824,6 +860,10 @@ def backtest_run(
         setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
     span = setup.span(split, closing=True)
     config = setup.config
+    if fits is not None:
+        from foxhunt.envs.trading import TradingEnv
+
+        fits(TradingEnv(span, config, eval_mode=True), "the trading env")
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
     ppy = bt.infer_periods_per_year(setup.market.timestamps)

@@ -31,7 +31,13 @@ from foxhunt import distributed
 from foxhunt.batch import split_sizes
 from foxhunt.config import DQNHyperparameters
 from foxhunt.envs.gym_envs import EnvInterface
-from foxhunt.errors import ConfigError, EnvironmentStepError, FoxhuntError, first_line
+from foxhunt.errors import (
+    ConfigError,
+    EnvironmentStepError,
+    FoxhuntError,
+    TrainingInterrupted,
+    first_line,
+)
 from foxhunt.health import HealthMonitor
 from foxhunt.learner import DQNAgent
 from foxhunt.networks import stored_transposed
@@ -244,19 +250,6 @@ def episode_returns(
             max_steps,
         )
     return returns
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM) honoured at a loop boundary; says where training stopped, what was
-    saved and which signal asked (``signum``)."""
-
-    def __init__(
-        self, env_steps: int, checkpoint: Path | None, signum: int = signal.SIGINT
-    ) -> None:
-        super().__init__(env_steps, checkpoint)
-        self.env_steps = env_steps
-        self.checkpoint = checkpoint
-        self.signum = signum
 
 
 @dataclass
@@ -614,6 +607,8 @@ class DQNTrainer:
             hint = f"an observation that does not fit the observation space {space} fails this way"
         elif re.search(r"unexpected keyword argument '(seed|options)'", message):
             hint = "a Gymnasium env's reset takes the keywords seed and options"
+        elif isinstance(exc, gym.error.Error):  # a missing dependency (render_mode=human) ...
+            hint = "raised by Gymnasium: check the env's settings, env_kwargs"
         else:
             return None
         return EnvironmentStepError(
@@ -627,7 +622,7 @@ class DQNTrainer:
             self._obs = np.asarray(obs, dtype=np.float32)
         except FoxhuntError:
             raise
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, gym.error.Error) as exc:
             failed = self._env_failed(exc, "reset")
             if failed is None:
                 raise
@@ -659,7 +654,7 @@ class DQNTrainer:
                     real_next[i] = np.asarray(final[i], dtype=np.float32)
         except FoxhuntError:
             raise
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, gym.error.Error) as exc:
             failed = self._env_failed(exc, "step")
             if failed is None:
                 raise

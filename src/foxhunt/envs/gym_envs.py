@@ -6,6 +6,9 @@ Every place that builds an env from an id (training, evaluation, ensembles, sear
 
 from __future__ import annotations
 
+import logging
+import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +17,8 @@ import gymnasium as gym
 import numpy as np
 
 from foxhunt.errors import ConfigError, first_line
+
+log = logging.getLogger(__name__)
 
 ONE_HOT_KEY = "foxhunt_one_hot_observation"
 ACTION_START_KEY = "foxhunt_action_start"
@@ -185,9 +190,20 @@ def prepare_env(env: gym.Env) -> gym.Env:
 
 def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None = None) -> gym.Env:
     """``gym.make(env_id, **kwargs)`` made ready by :func:`prepare_env`; errors name the
-    argument (``name``), the id and a keyword argument the env refused."""
+    argument (``name``), the id and a keyword argument the env refused. Gymnasium's own
+    warnings (an outdated version, ANSI-coloured, two lines each) become one log line each, and
+    none is shown before an error, which says it all in one line."""
+    with warnings.catch_warnings(record=True) as caught:
+        env = _make(env_id, name, kwargs)
+    for w in caught:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(w.message)).strip()
+        log.warning("%s %r: %s", name, env_id, text.splitlines()[0] if text else w.category)
+    return prepare_env(env)
+
+
+def _make(env_id: str, name: str, kwargs: dict[str, Any] | None) -> gym.Env:
     try:
-        env = gym.make(env_id, **(kwargs or {}))
+        return gym.make(env_id, **(kwargs or {}))
     except (gym.error.DependencyNotInstalled, ImportError) as err:
         # ImportError: an env id naming a module to import first ("pkg:Env-v0"), or an env
         # whose implementation imports an optional package (phys2d/ needs jax).
@@ -209,4 +225,3 @@ def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None =
         kind = "" if isinstance(err, TypeError | ValueError) else f"{type(err).__name__} "
         why = f"{kind}{first_line(err)}"
         raise ConfigError(f"env_kwargs {kwargs!r} for {env_id!r}: {why}") from None
-    return prepare_env(env)
