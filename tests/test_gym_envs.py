@@ -349,6 +349,8 @@ def test_an_observation_that_does_not_fit_the_space_is_one_line(when: str) -> No
         ("four_tuple", "(obs, reward, terminated, truncated, info)"),
         ("obs_only_reset", "reset returns (obs, info)"),
         ("text_obs", "does not fit the observation space"),
+        ("none_obs", "wrong dimensionality (an observation that does not fit the observation"),
+        ("ragged_obs", "inhomogeneous shape after 1 dimensions"),
         ("old_reset", "takes the keywords seed and options"),
         ("gym_error", "DependencyNotInstalled: pygame is not installed (raised by Gymnasium"),
     ],
@@ -368,13 +370,12 @@ def test_an_env_that_breaks_the_gymnasium_api_is_one_line(broken: str, needle: s
             obs, reward, term, trunc, info = super().step(action)
             if broken == "four_tuple":
                 return obs, reward, term or trunc, info
-            return (
-                (np.array(["x"] * len(obs)) if broken == "text_obs" else obs),
-                reward,
-                term,
-                trunc,
-                info,
-            )
+            bad = {
+                "text_obs": np.array(["x"] * len(obs)),
+                "none_obs": None,
+                "ragged_obs": [[0], []],
+            }
+            return bad.get(broken, obs), reward, term, trunc, info
 
     class OldReset(_Counter):
         def reset(self):  # type: ignore[no-untyped-def,override]
@@ -670,6 +671,7 @@ def test_gymnasium_warnings_are_one_log_line_and_none_precede_an_error(caplog, r
     gym.register("FoxhuntWarns-v0", entry_point=_Warns)
     try:
         make_gym_env("FoxhuntWarns-v0").close()
+        make_gym_env("FoxhuntWarns-v0").close()  # once a process, as Python shows a warning
     finally:
         gym.registry.pop("FoxhuntWarns-v0")
     lines = [r.getMessage() for r in caplog.records if "out of date" in r.getMessage()]

@@ -471,6 +471,8 @@ def test_agent_rejects_unsupported_spaces(hp_factory) -> None:
     # Discrete too, but many at once: the message names the joint Discrete that wraps them.
     with pytest.raises(ConfigError, match=r"the 6 joint choices, Discrete\(6\)"):
         DQNAgent(box, gym.spaces.MultiDiscrete([2, 3]), hp_factory())
+    with pytest.raises(ConfigError, match=r"the 18446744073709551616 joint choices"):
+        DQNAgent(box, gym.spaces.MultiDiscrete([2**32, 2**32]), hp_factory())  # no int64 wrap
     with pytest.raises(ConfigError, match=r"the 8 joint choices, Discrete\(8\)"):
         DQNAgent(box, gym.spaces.MultiBinary(3), hp_factory())
     with pytest.raises(ConfigError, match="regime_conditional must be false"):

@@ -892,11 +892,16 @@ def test_millisecond_epochs_of_1966_to_1973_are_not_read_as_seconds(
     rows = "".join(f"{t},1,2,0.5,1.5,10\n" for t in days.as_unit("ms").asi8)
     df = load_ohlcv(write(tmp_path, "timestamp,open,high,low,close,volume\n" + rows))
     assert list(df.index) == list(days)
-    assert "change unit" not in caplog.text
+    assert "change unit" not in caplog.text and "read as ms throughout" in caplog.text
     # Times 1 ms apart are not bars: 11 packed digits stay refused, not read as 1970's ms.
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, bars(["20240102093", "20240102094"]), "packed.csv"))
     assert_one_line(err, "packed.csv", "epoch time (s) beyond")
+    # Hourly seconds of the 2030s read as ms would lie 3.6 s apart in 1970: still refused.
+    hours = pd.date_range("2030-01-01", periods=50, freq="h").as_unit("s").asi8
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, bars([str(t) for t in hours]), "future.csv"))
+    assert_one_line(err, "future.csv", "epoch time (s) beyond")
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:  # named by the temp file's name, which the user never gave
-        raise OSError(err.errno, err.strerror, str(path)) from err
+        if err.errno is None:
+            raise
+        raise type(err)(err.errno, err.strerror, str(path)) from err
     try:
         # mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask) so
         # run files stay readable by whoever the user's umask allows, like every other file.

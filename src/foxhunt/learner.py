@@ -271,9 +271,9 @@ class DQNAgent:
             hint = "DQN picks one of n actions"
             joint = None
             if isinstance(action_space, gym.spaces.MultiDiscrete):
-                joint = int(np.prod(action_space.nvec))
+                joint = math.prod(int(n) for n in action_space.nvec.flat)  # no int64 overflow
             elif isinstance(action_space, gym.spaces.MultiBinary):
-                joint = 2 ** int(np.prod(action_space.shape))
+                joint = 2 ** math.prod(action_space.shape)
             if joint is not None:
                 hint += (
                     f": wrap the env so that its actions are the {joint} joint choices, "

@@ -252,6 +252,20 @@ def episode_returns(
     return returns
 
 
+# What numpy and Gymnasium's stacking of the sub-envs' observations say (sync or async) when an
+# observation does not fit the space: another shape, None, a dict, text, a ragged list.
+_MISFIT_OBSERVATION = (
+    "wrong shape",
+    "wrong dimensionality",
+    "could not broadcast",
+    "inhomogeneous",
+    "setting an array element",
+    "could not convert",
+    "must be a string or a real number",
+    "Cannot cast array data",
+)
+
+
 @dataclass
 class _Window:
     """Running sums between two metrics rows (kept as floats; cheap, deterministic)."""
@@ -602,7 +616,7 @@ class DQNTrainer:
                 "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
                 "terminated, truncated, info); an old Gym env returns other tuples"
             )
-        elif "wrong shape" in message or "Cannot cast array data" in message:
+        elif any(sign in message for sign in _MISFIT_OBSERVATION):
             space = self.envs.single_observation_space
             hint = f"an observation that does not fit the observation space {space} fails this way"
         elif re.search(r"unexpected keyword argument '(seed|options)'", message):

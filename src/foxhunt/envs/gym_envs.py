@@ -197,8 +197,14 @@ def make_gym_env(env_id: str, name: str = "env", kwargs: dict[str, Any] | None =
         env = _make(env_id, name, kwargs)
     for w in caught:
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(w.message)).strip()
-        log.warning("%s %r: %s", name, env_id, text.splitlines()[0] if text else w.category)
+        line = text.splitlines()[0] if text else w.category.__name__
+        if (env_id, line) not in _WARNED:  # once a process, as Python shows a warning
+            _WARNED.add((env_id, line))
+            log.warning("%s %r: %s", name, env_id, line)
     return prepare_env(env)
+
+
+_WARNED: set[tuple[str, str]] = set()
 
 
 def _make(env_id: str, name: str, kwargs: dict[str, Any] | None) -> gym.Env:

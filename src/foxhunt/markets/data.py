@@ -1208,13 +1208,25 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         if late.any() and 2 * late[units == 0].sum() > (units == 0).sum():
             # Millisecond epochs from 1966 to 1973 are below 1e11, so one by one they read as
             # seconds of the years 3000 and on. When most values read as seconds are no date,
-            # one unit that reads every value as a date, bars at least a second apart, wins.
+            # one unit that reads every value as a date wins, if its bars lie whole seconds
+            # apart (seconds of the 2030s read as ms would be 3.6 or 86.4 s apart).
             for code in range(1, len(_EPOCH_UNITS)):
                 whole = values / 1000.0**code
                 gaps = np.diff(np.unique(whole))
-                if np.all((whole < latest) & (whole >= -9.2e9)) and np.all(gaps >= 1):
+                if (
+                    np.all((whole < latest) & (whole >= -9.2e9))
+                    and np.all(gaps >= 1)
+                    and np.all(gaps % 1 == 0)
+                ):
                     units = np.full(len(values), code)
                     late = np.zeros(len(values), dtype=bool)
+                    log.warning(
+                        "%s: column %r: epoch times read as %s throughout (as seconds, most "
+                        "would be no date)",
+                        label,
+                        column,
+                        _EPOCH_UNITS[code],
+                    )
                     break
         changed = units != units[0]
         if changed.any():
