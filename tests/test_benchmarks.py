@@ -243,6 +243,44 @@ def test_trading_regimes_smoke(tmp_path: Path) -> None:
     )
 
 
+def test_trading_regimes_pairs_by_market_and_counts_each_market_once() -> None:
+    """Over several markets a baseline is each market's figure once (not once per agent row),
+    and the agents are paired within a (market, seed)."""
+    module = importlib.import_module("trading_regimes")
+
+    def row(market: int, seed: int, variant: str, agent: float) -> dict:
+        base = {"buy_and_hold": 0.1 * (market + 1), "regime_rule": 0.5, "oracle": 1.0 + market}
+        return {
+            "market_seed": market,
+            "seed": seed,
+            "variant": variant,
+            "agent_log_return": agent,
+            "agent_sharpe": agent,
+            "oracle_capture": agent / base["oracle"],
+            **{f"{k}_log_return": v for k, v in base.items()},
+            **{f"{k}_sharpe": v for k, v in base.items() if k != "oracle"},
+        }
+
+    rows = [row(0, 0, "regime_conditional", 0.4), row(0, 0, "plain_dqn", 0.1)]
+    rows += [
+        row(1, s, v, a)
+        for s, v, a in [
+            (0, "regime_conditional", 0.2),
+            (0, "plain_dqn", 0.3),
+            (1, "regime_conditional", 0.6),
+            (1, "plain_dqn", 0.6),
+        ]
+    ]
+    mean = module.summarise(rows)
+    assert mean["buy_and_hold"]["agent_log_return"] == pytest.approx((0.1 + 0.2) / 2)
+    assert mean["buy_and_hold"]["oracle_capture"] == pytest.approx((0.1 / 1 + 0.2 / 2) / 2)
+    assert mean["regime_conditional"]["agent_log_return"] == pytest.approx(0.4)
+    pr = module.paired(rows)
+    assert list(zip(pr["market_seeds"], pr["seeds"], strict=True)) == [(0, 0), (1, 0), (1, 1)]
+    assert pr["regime_conditional_minus_plain"] == pytest.approx([0.3, -0.1, 0.0])
+    assert pr["regime_conditional_wins"] == 1
+
+
 def test_classic_control_smoke(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     out = _run("classic_control", tmp_path)

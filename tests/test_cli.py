@@ -406,6 +406,24 @@ def test_evaluate_refuses_a_config_whose_env_the_model_does_not_fit(run: Path, t
     assert not (edited / "backtest").exists()
 
 
+def test_a_stopped_ensemble_is_continued_by_ensemble_resume() -> None:
+    """`foxhunt resume r/member-1` would finish that member only, not the ensemble."""
+    import argparse
+
+    from foxhunt.cli import _interrupted
+    from foxhunt.errors import TrainingInterrupted
+
+    ckpt = Path("my runs/e1/member-1/checkpoints/step-300")
+    said = _interrupted(
+        TrainingInterrupted(300, ckpt), argparse.Namespace(command="ensemble"), "interrupted"
+    )
+    assert said.endswith("continue with `foxhunt ensemble resume 'my runs/e1'`")
+    before_any = argparse.Namespace(command="ensemble", run_dir="e2")
+    said = _interrupted(TrainingInterrupted(40, None), before_any, "terminated (SIGTERM)")
+    assert said.startswith("terminated (SIGTERM) at env step 40 of a member")
+    assert said.endswith("`foxhunt ensemble resume e2`")
+
+
 def test_a_stop_signal_names_its_stop_without_importing_torch(tmp_path: Path) -> None:
     """Ctrl-C during startup lands while torch is half imported: the handler importing it
     again crashed (a traceback, a segfault)."""

@@ -273,16 +273,24 @@ def trading_ensemble(tmp_path_factory) -> Path:
 
 def test_train_ensemble_writes_members_and_a_manifest(trading_ensemble):
     run = trading_ensemble
+    from foxhunt.ensemble import member_seed
+
     manifest = json.loads((run / "ensemble.json").read_text())
+    seeds = [11, member_seed(11, 1)]
     assert manifest["members"] == [
         {"path": "member-0", "seed": 11},
-        {"path": "member-1", "seed": 12},
+        {"path": "member-1", "seed": seeds[1]},
     ]
     assert load_spec(run).hyperparameters.seed == 11
     for i in range(2):
         member_cfg = yaml.safe_load((run / f"member-{i}" / "config.yaml").read_text())
-        assert member_cfg["hyperparameters"]["seed"] == 11 + i
+        assert member_cfg["hyperparameters"]["seed"] == seeds[i]
         assert (run / f"member-{i}" / "model.safetensors").is_file()
+    # Seeds far apart: seed + i shared environment streams (sub-env j is seeded seed + j), so
+    # adjacent members stepped 3 of their 4 envs through the same episodes.
+    drawn = [member_seed(11, i) for i in range(1, 50)]
+    assert len(set(drawn)) == 49 and all(abs(d - 11) > 4096 for d in drawn)
+    assert member_seed(11, 1) == member_seed(11, 1) != member_seed(12, 1)
     assert not list(run.glob(".*.tmp"))
 
 
@@ -357,7 +365,7 @@ def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
     from its checkpoint, and writes the ensemble an uninterrupted run writes, bit for bit."""
     import signal
 
-    from foxhunt.ensemble import PLAN_FILE, resume_ensemble
+    from foxhunt.ensemble import PLAN_FILE, member_seed, resume_ensemble
     from foxhunt.trainer import DQNTrainer, TrainingInterrupted
 
     spec = load_spec(trading_ensemble)
@@ -365,7 +373,7 @@ def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
 
     def interrupt_member_1(self: DQNTrainer) -> None:
         collect(self)
-        if self.hp.seed == 12 and self.env_steps == 300:
+        if self.hp.seed == member_seed(11, 1) and self.env_steps == 300:
             self._interrupt_requested = signal.SIGINT  # as the Ctrl-C handler sets it
 
     monkeypatch.setattr(DQNTrainer, "collect_step", interrupt_member_1)
@@ -379,6 +387,12 @@ def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
         from foxhunt.cli import cmd_resume
 
         cmd_resume(type("Args", (), {"run_dir": str(run), "total_steps": None})())
+    plan = (run / PLAN_FILE).read_text()
+    assert json.loads(plan) == {"members": 2, "seeds": [11, member_seed(11, 1)]}
+    (run / PLAN_FILE).write_text('{"members": 2, "seeds": [11, -3]}')
+    with pytest.raises(FoxhuntError, match=r"seeds must be 2 integers in \[0, 2\*\*32\)"):
+        resume_ensemble(run)
+    (run / PLAN_FILE).write_text(plan)
     assert resume_ensemble(run) == [run / "member-0", run / "member-1"]
     assert not (run / PLAN_FILE).exists()
     assert (run / "ensemble.json").read_text() == (trading_ensemble / "ensemble.json").read_text()

@@ -432,19 +432,35 @@ def test_learning_starts_warning_only_when_no_update_can_run(
     from foxhunt.trainer import DQNTrainer, final_env_steps
 
     assert final_env_steps(0, 62, 4) == 64 and final_env_steps(10, 5, 4) == 10
-    cases = [  # (n_envs, learning_starts, total, warned)
-        (1, 16, 16, False),  # trains at step 16 itself
-        (4, 16, 14, False),  # 4 envs step past 14 to 16
-        (1, 17, 16, True),
+    from foxhunt.trainer import planned_updates
+
+    cases = [  # (n_envs, learning_starts, total, train_freq, gradient_steps, warned)
+        (1, 16, 16, 1, 1, False),  # trains at step 16 itself
+        (4, 16, 14, 1, 1, False),  # 4 envs step past 14 to 16
+        (1, 17, 16, 1, 1, True),
+        # Past learning_starts but before the next train_freq boundary: no update either (a
+        # CartPole run of 1000 steps, learning_starts 1000, train_freq 256 trained nothing).
+        (4, 40, 40, 16, 2, True),
+        (4, 40, 48, 16, 2, False),
+        (3, 10, 50, 8, 3, False),  # n_envs not dividing train_freq: boundaries crossed mid-step
+        (4, 8, 30, 6, 1, False),
     ]
-    for n_envs, starts, total, warned in cases:
-        trainer = DQNTrainer(_hp(n_envs=n_envs, learning_starts=starts), lambda: _Counter())
+    for n_envs, starts, total, freq, grad_steps, warned in cases:
+        hp = _hp(n_envs=n_envs, learning_starts=starts, train_freq=freq, gradient_steps=grad_steps)
+        trainer = DQNTrainer(hp, lambda: _Counter())
         try:
             caplog.clear()
             with caplog.at_level("WARNING", logger="foxhunt.trainer"):
                 trainer.learn(total)
             assert ("no optimizer step will run" in caplog.text) is warned
             assert (trainer.agent.optimizer_steps == 0) is warned
+            # The count the warning rests on is the loop's own, case by case.
+            assert planned_updates(0, total, hp) == trainer.agent.optimizer_steps
+            mid = 20 - 20 % n_envs  # a vector step the run passed through
+            if total > mid:  # counted from part way, as a resumed or continued run counts it
+                assert planned_updates(mid, total, hp) == trainer.agent.optimizer_steps - (
+                    planned_updates(0, mid, hp)
+                )
         finally:
             trainer.close()
 

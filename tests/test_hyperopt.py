@@ -295,8 +295,11 @@ def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="n_trials must be a positive integer, got: 0"):
         run_hyperopt(tiny_spec(), n_trials=0)
-    with pytest.raises(ConfigError, match="run_dir must be a directory"):
+    with pytest.raises(ConfigError, match="--run-dir must be a directory"):
         run_hyperopt(tiny_spec(), n_trials=1, run_dir=tmp_path / "file")
+    for seed in (-1, 2**32, 1.5, True):  # refused before any env is built, not NumPy's error
+        with pytest.raises(ConfigError, match=r"sampler_seed must be None or an integer in"):
+            run_hyperopt(tiny_spec(), n_trials=1, sampler_seed=seed)  # type: ignore[arg-type]
 
 
 # --- the CLI --------------------------------------------------------------------------------------
@@ -382,6 +385,65 @@ def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(
     assert stopped.value.signum == signal.SIGTERM  # type: ignore[attr-defined]
     rows = (tmp_path / "term" / "trials.csv").read_text().splitlines()
     assert "terminated (SIGTERM)" in rows[2]
+
+
+def test_run_hyperopt_from_python_keeps_other_results(tmp_path: Path) -> None:
+    """The CLI refused these directories; the Python entry point wrote over them."""
+    from foxhunt.errors import ConfigError
+
+    first = run_hyperopt(tiny_spec(), n_trials=1, run_dir=tmp_path / "s")
+    kept = (tmp_path / "s" / "best_config.yaml").read_text()
+    with pytest.raises(ConfigError, match="already holds another search's results"):
+        run_hyperopt(tiny_spec(), n_trials=1, run_dir=tmp_path / "s")
+    assert (tmp_path / "s" / "best_config.yaml").read_text() == kept
+    assert run_hyperopt(tiny_spec(), n_trials=1, run_dir=tmp_path / "s", force=True)
+    (tmp_path / "ens").mkdir()
+    (tmp_path / "ens" / "ensemble.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"holds a training run or an ensemble \(ensemble.json"):
+        run_hyperopt(tiny_spec(), n_trials=1, run_dir=tmp_path / "ens", force=True)
+    assert sorted(p.name for p in (tmp_path / "ens").iterdir()) == ["ensemble.json"]
+    assert first["trials"] == 1
+
+
+def test_ctrl_c_outside_training_keeps_the_finished_trials_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C lands as often while a trial's trainer is built (seconds of lazy imports) or
+    between trials, in Optuna's bookkeeping: the finished trials' files were lost."""
+    from foxhunt.trainer import DQNTrainer
+
+    build = DQNTrainer.__init__
+    calls = {"n": 0}
+
+    def interrupt_third(self: DQNTrainer, *args: object, **kwargs: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        build(self, *args, **kwargs)
+
+    monkeypatch.setattr(DQNTrainer, "__init__", interrupt_third)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run_hyperopt(tiny_spec(), n_trials=4, run_dir=tmp_path / "build")
+    assert stopped.value.signum == signal.SIGINT  # type: ignore[attr-defined]
+    rows = (tmp_path / "build" / "trials.csv").read_text().splitlines()
+    assert len(rows) == 4 and "interrupted (Ctrl-C)" in rows[3]
+    assert (tmp_path / "build" / "best_config.yaml").is_file()
+    monkeypatch.setattr(DQNTrainer, "__init__", build)
+    # Between trials: the interrupt comes out of Optuna (its storage writes), not a trial.
+    seen = {"n": 0}
+    ask = optuna.Study.ask
+
+    def interrupt_third_ask(self: optuna.Study, *args: object, **kwargs: object) -> object:
+        seen["n"] += 1
+        if seen["n"] == 3:
+            raise KeyboardInterrupt
+        return ask(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.Study, "ask", interrupt_third_ask)
+    with pytest.raises(KeyboardInterrupt):
+        run_hyperopt(tiny_spec(), n_trials=4, run_dir=tmp_path / "between")
+    assert len((tmp_path / "between" / "trials.csv").read_text().splitlines()) == 3  # 2 trials
+    assert (tmp_path / "between" / "best_config.yaml").is_file()
 
 
 def test_workers_racing_to_create_a_new_database_both_join(

@@ -241,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     esub = ens.add_subparsers(dest="ensemble_command", required=True, parser_class=_Parser)
     et = esub.add_parser(
-        "train", help="train N members with seeds seed..seed+N-1 into RUN_DIR/member-i"
+        "train",
+        help="train N members into RUN_DIR/member-i (member 0 with --seed, the others with "
+        "seeds drawn from it)",
     )
     et.add_argument(
         "--members",
@@ -483,38 +485,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_search_dir(path: Path, study_name: str, storage: str | None, force: bool) -> None:
-    """A search writes into a directory holding results only to continue the stored study they
-    describe (``study.json``); anything else would overwrite them with another search's."""
-    from foxhunt.hyperopt import STUDY_FILE, study_identity
-
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
-    # A training run or an ensemble is never a search's directory, --force or not.
-    other = [n for n in ("config.yaml", "ensemble.json", "checkpoints") if (path / n).exists()]
-    if other:
-        raise ConfigError(
-            f"--run-dir {path} holds a training run or an ensemble ({', '.join(other)}): give "
-            "the search a directory of its own"
-        )
-    # A search that completed no trial leaves trials.csv (its pruning reasons) but no results:
-    # the corrected retry may write over it.
-    held = [n for n in ("best_config.yaml", "trials.csv") if (path / n).is_file()]
-    if force or not (path / "best_config.yaml").is_file():
-        return
-    try:
-        recorded = json.loads((path / STUDY_FILE).read_text())
-    except (OSError, ValueError):
-        recorded = None
-    if storage is not None and recorded == study_identity(study_name, storage):
-        return  # continuing the same stored study: the files will describe all of it
-    raise ConfigError(
-        f"--run-dir already holds another search's results ({', '.join(held)} in {path}): "
-        "another --run-dir, --force to replace them, or the same --storage and --study-name "
-        "to continue a stored study"
-    )
-
-
 def _under_torchrun() -> bool:
     from foxhunt.distributed import launched_world_size  # torch is imported only when needed
 
@@ -533,12 +503,12 @@ def _not_under_torchrun(command: str) -> None:
 
 def cmd_hyperopt(args: argparse.Namespace) -> int:
     from foxhunt.config import RUN_KEYS
-    from foxhunt.hyperopt import run_hyperopt
+    from foxhunt.hyperopt import check_search_dir, run_hyperopt
 
     _not_under_torchrun("hyperopt")
     spec = _spec_from_args(args)
-    if args.run_dir:
-        _check_search_dir(Path(args.run_dir), args.study_name, args.storage, args.force)
+    if args.run_dir:  # before the market is built: a refused directory is refused at once
+        check_search_dir(Path(args.run_dir), args.study_name, args.storage, args.force)
     best = run_hyperopt(
         spec,
         n_trials=args.trials,
@@ -546,6 +516,7 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         sampler_seed=args.sampler_seed,
         run_dir=Path(args.run_dir) if args.run_dir else None,
+        force=args.force,
         # What the user set explicitly stays as set; the search tunes the rest.
         fixed={k for k in _overrides(args.overrides) if "." not in k} - RUN_KEYS,
     )
@@ -729,6 +700,12 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
     """What a Ctrl-C (or SIGTERM: ``how``) left behind, and what to run next."""
     from foxhunt.errors import TrainingInterrupted
 
+    if args.command == "ensemble" and isinstance(err, TrainingInterrupted):
+        # A member's own resume would finish that member only: the ensemble's finishes all.
+        where = err.checkpoint.parent.parent.parent if err.checkpoint is not None else None
+        where = where or getattr(args, "run_dir", None)
+        then = f": continue with `foxhunt ensemble resume {shell_quoted(where)}`" if where else ""
+        return f"{how} at env step {err.env_steps} of a member{then}"
     if isinstance(err, TrainingInterrupted) and err.checkpoint is not None:
         run_dir = err.checkpoint.parent.parent
         return (

@@ -14,7 +14,7 @@ ensemble then has std 0 rather than NaN. Every member is evaluated with its onli
 mode (noisy layers use their mean weights), and its train/eval mode is restored afterwards.
 
 An ensemble run directory holds ``config.yaml`` (the base spec), ``ensemble.json`` (the member list)
-and one full run directory per member, ``member-{i}``, trained with seed ``seed + i``.
+and one full run directory per member, ``member-{i}``, trained with :func:`member_seed`.
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def train_ensemble(
     progress: bool = False,
     verbose: bool = True,
 ) -> list[Path]:
-    """Train ``n_members`` full runs with seeds ``seed + i`` into ``run_dir/member-{i}``.
+    """Train ``n_members`` full runs with seeds :func:`member_seed` into ``run_dir/member-{i}``.
 
     Members differ only in their seed (weights, exploration, replay sampling), which is the
     whole source of their diversity: Osband et al. 2016 found random initialisation alone gives
@@ -343,6 +343,15 @@ def train_ensemble(
         return _train_ensemble(spec, Path(run_dir), n_members, progress)
 
 
+def member_seed(seed: int, i: int) -> int:
+    """Member ``i``'s seed: the ensemble's own for member 0, then independent seeds drawn from
+    it (NumPy SeedSequence of (seed, i), as hyperopt's trials). ``seed + i`` gave adjacent members
+    the same environment streams: a vector env seeds its sub-env j with ``seed + j``."""
+    if i == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, i]).generate_state(1)[0]) & 0x7FFF_FFFF
+
+
 def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool) -> list[Path]:
     from foxhunt.session import require_new_dir, run_training
 
@@ -350,12 +359,7 @@ def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool
         raise ConfigError(f"n_members must be an integer of at least 2, got: {n_members!r}")
     require_new_dir(run_dir, "run_dir")
     hp = spec.hyperparameters
-    seeds = [hp.seed + i for i in range(n_members)]
-    if seeds[-1] >= 2**32:
-        raise ConfigError(
-            f"seed {hp.seed} + {n_members} members passes 2**32 (member seeds are seed + i): "
-            "choose a smaller seed"
-        )
+    seeds = [member_seed(hp.seed, i) for i in range(n_members)]
     # Build every member spec first: a bad input fails before anything is trained or written.
     specs = [spec.model_copy(update={"hyperparameters": hp.replace(seed=s)}) for s in seeds]
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
@@ -368,7 +372,8 @@ def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool
         """What `ensemble resume` needs if training stops part way, written once the first
         member's trainer is built (a bad market file fails before it, leaving nothing)."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / PLAN_FILE, json.dumps({"members": n_members}) + "\n")
+        plan = {"members": n_members, "seeds": seeds}
+        atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan) + "\n")
 
     for i, (member_spec, path) in enumerate(zip(specs, paths, strict=True)):
         # before_write runs on the main process only (data-parallel workers write nothing).
@@ -446,7 +451,8 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
             f"{run_dir} is not an ensemble stopped part way (no {PLAN_FILE}): start it with "
             "`foxhunt ensemble train`"
         )
-    n_members = read_json_object(plan_path, "ensemble plan").get("members")
+    plan = read_json_object(plan_path, "ensemble plan")
+    n_members = plan.get("members")
     if isinstance(n_members, bool) or not isinstance(n_members, int) or n_members < 2:
         raise FoxhuntError(
             f"{plan_path}: members must be an integer of at least 2, got: {n_members!r}"
@@ -458,7 +464,15 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
         )
     base = load_spec(run_dir / "member-0")  # member 0 trains with the ensemble's own seed
     hp = base.hyperparameters
-    seeds = [hp.seed + i for i in range(n_members)]
+    seeds = plan.get("seeds")
+    if seeds is None:  # a plan from before member_seed: members were seeded seed + i
+        seeds = [hp.seed + i for i in range(n_members)]
+    valid = isinstance(seeds, list) and len(seeds) == n_members and seeds[:1] == [hp.seed]
+    if not valid or not all(type(s) is int and 0 <= s < 2**32 for s in seeds):
+        raise FoxhuntError(
+            f"{plan_path}: seeds must be {n_members} integers in [0, 2**32), the first "
+            f"member-0's seed {hp.seed}, got: {seeds!r:.80}"
+        )
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
     recorded = read_data_record(paths[0]) if base.is_trading else None
     if recorded is not None:  # members still to train must see member 0's market

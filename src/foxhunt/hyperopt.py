@@ -35,7 +35,7 @@ from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line
 from foxhunt.runs import RunSpec, make_envs
-from foxhunt.trainer import DQNTrainer, final_env_steps
+from foxhunt.trainer import DQNTrainer, final_env_steps, planned_updates
 
 log = logging.getLogger("foxhunt.hyperopt")
 
@@ -169,38 +169,43 @@ def objective(
     than failed so the sampler learns to avoid those regions.
     """
     base = spec.hyperparameters
-    seed = trial_seed(base.seed, trial.number)
-    trial.set_user_attr(_ATTR_SEED, seed)
+    trainer: DQNTrainer | None = None
     try:
-        hp = base.replace(**search_space(trial, base, fixed), seed=seed)
-    except ConfigError as err:
-        raise _prune(trial, f"invalid configuration: {err}") from None
-    trial.set_user_attr(_ATTR_HP, hp.to_dict())
-    reached = final_env_steps(0, spec.total_env_steps, hp.n_envs)
-    if hp.learning_starts > reached:
-        raise _prune(
-            trial,
-            f"learning_starts {hp.learning_starts} > the {reached} env steps a trial reaches "
-            f"(total_env_steps {spec.total_env_steps}): no optimizer step would run",
-        )
+        # All of it, not the training alone: a Ctrl-C lands as often in the seconds of a
+        # trainer's first build (lazy imports) or a storage write.
+        seed = trial_seed(base.seed, trial.number)
+        trial.set_user_attr(_ATTR_SEED, seed)
+        try:
+            hp = base.replace(**search_space(trial, base, fixed), seed=seed)
+        except ConfigError as err:
+            raise _prune(trial, f"invalid configuration: {err}") from None
+        trial.set_user_attr(_ATTR_HP, hp.to_dict())
+        if planned_updates(0, spec.total_env_steps, hp) == 0:
+            reached = final_env_steps(0, spec.total_env_steps, hp.n_envs)
+            raise _prune(
+                trial,
+                f"no optimizer step would run: the {reached} env steps a trial reaches "
+                f"(total_env_steps {spec.total_env_steps}) end before a train_freq boundary "
+                f"(every {hp.train_freq}) at or after learning_starts {hp.learning_starts}",
+            )
+        train_env, eval_env, _ = envs if envs is not None else make_envs(spec)
+        trainer = DQNTrainer(hp, train_env, eval_env=eval_env)
 
-    train_env, eval_env, _ = envs if envs is not None else make_envs(spec)
-    trainer = DQNTrainer(hp, train_env, eval_env=eval_env)
+        def report(row: dict[str, Any]) -> None:
+            value = row.get("eval_return")
+            if value is None:
+                return
+            step = int(row["env_steps"])
+            if not math.isfinite(value):
+                raise _prune(trial, f"non-finite evaluation return {value} at env step {step}")
+            trial.report(float(value), step)
+            # At the end of its budget a trial completes: pruning it then saves nothing and
+            # hides its final value from the sampler.
+            if step < spec.total_env_steps and trial.should_prune():
+                raise _prune(
+                    trial, f"pruner stopped it at env step {step} (eval return {value:.6g})"
+                )
 
-    def report(row: dict[str, Any]) -> None:
-        value = row.get("eval_return")
-        if value is None:
-            return
-        step = int(row["env_steps"])
-        if not math.isfinite(value):
-            raise _prune(trial, f"non-finite evaluation return {value} at env step {step}")
-        trial.report(float(value), step)
-        # At the end of its budget a trial completes: pruning it then saves nothing and hides
-        # its final value from the sampler.
-        if step < spec.total_env_steps and trial.should_prune():
-            raise _prune(trial, f"pruner stopped it at env step {step} (eval return {value:.6g})")
-
-    try:
         trainer.learn(spec.total_env_steps, callback=report)
         value = trainer.evaluate()
     except TrainingHalted as err:
@@ -215,7 +220,8 @@ def objective(
         how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
         raise _prune(trial, how) from None
     finally:
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
     if not math.isfinite(value):
         raise _prune(trial, f"non-finite final evaluation return {value}")
     return value
@@ -419,6 +425,37 @@ def study_identity(study_name: str, storage: str | None) -> dict[str, Any]:
     return {"study_name": study_name, "storage": _redact(storage) if storage else None}
 
 
+def check_search_dir(path: Path, study_name: str, storage: str | None, force: bool) -> None:
+    """A search writes into a directory holding results only to continue the stored study they
+    describe (``study.json``); anything else would overwrite them with another search's. The
+    options are named as the CLI spells them (``force``: ``--force``)."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
+    # A training run or an ensemble is never a search's directory, --force or not.
+    other = [n for n in ("config.yaml", "ensemble.json", "checkpoints") if (path / n).exists()]
+    if other:
+        raise ConfigError(
+            f"--run-dir {path} holds a training run or an ensemble ({', '.join(other)}): give "
+            "the search a directory of its own"
+        )
+    # A search that completed no trial leaves trials.csv (its pruning reasons) but no results:
+    # the corrected retry may write over it.
+    held = [n for n in ("best_config.yaml", "trials.csv") if (path / n).is_file()]
+    if force or not (path / "best_config.yaml").is_file():
+        return
+    try:
+        recorded = json.loads((path / STUDY_FILE).read_text())
+    except (OSError, ValueError):
+        recorded = None
+    if storage is not None and recorded == study_identity(study_name, storage):
+        return  # continuing the same stored study: the files will describe all of it
+    raise ConfigError(
+        f"--run-dir already holds another search's results ({', '.join(held)} in {path}): "
+        "another --run-dir, --force to replace them, or the same --storage and --study-name "
+        "to continue a stored study"
+    )
+
+
 def run_hyperopt(
     spec: RunSpec,
     *,
@@ -428,10 +465,13 @@ def run_hyperopt(
     run_dir: str | Path | None = None,
     sampler_seed: int | None = None,
     fixed: frozenset[str] | set[str] = frozenset(),
+    force: bool = False,
 ) -> dict[str, Any]:
     """Run ``n_trials`` trials in this process against the (possibly shared) study.
 
     ``fixed``: hyperparameter names the search leaves at ``spec``'s values (``--set`` ones).
+    ``run_dir`` may hold another search's results only with ``force`` (or to continue the
+    stored study they describe), and never a training run or an ensemble.
 
     With ``storage`` every process that runs the same call joins one study (that is how search
     scales out); ``n_trials`` counts this process's trials. Give each process its own
@@ -441,11 +481,16 @@ def run_hyperopt(
     """
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials <= 0:
         raise ConfigError(f"n_trials must be a positive integer, got: {n_trials!r}")
+    bad_seed = isinstance(sampler_seed, bool) or not isinstance(sampler_seed, int | None)
+    if bad_seed or (sampler_seed is not None and not 0 <= sampler_seed < 2**32):
+        raise ConfigError(
+            f"sampler_seed must be None or an integer in [0, 2**32), got: {sampler_seed!r}"
+        )
     if not isinstance(study_name, str) or not study_name.strip():
         raise ConfigError(f"study_name must be a non-empty string, got: {study_name!r}")
     out_dir = Path(run_dir) if run_dir is not None else None
-    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"run_dir must be a directory, got a file: {out_dir}")
+    if out_dir is not None:  # never over a run, an ensemble or another search's results
+        check_search_dir(out_dir, study_name, storage, force)
 
     unknown = sorted(set(fixed) - set(DQNHyperparameters.model_fields))
     if unknown:
@@ -465,7 +510,11 @@ def run_hyperopt(
             interrupted = interrupted or int(trial.user_attrs.get(_ATTR_INTERRUPTED) or 0)
             raise
 
-    study.optimize(run_trial, n_trials=n_trials)
+    try:
+        study.optimize(run_trial, n_trials=n_trials)
+    except KeyboardInterrupt as err:
+        # Between trials (Optuna's own bookkeeping): the finished trials still get their files.
+        interrupted = interrupted or int(getattr(err, "signum", 0) or signal.SIGINT)
 
     trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name for t in trials)

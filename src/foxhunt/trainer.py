@@ -178,6 +178,19 @@ def final_env_steps(done: int, total: int, n_envs: int) -> int:
     return done + -(-(total - done) // n_envs) * n_envs
 
 
+def planned_updates(done: int, total: int, hp: DQNHyperparameters) -> int:
+    """The optimizer steps a run from ``done`` env steps to ``total`` takes, by the loop's rule:
+    after each vector step at or past ``learning_starts``, ``gradient_steps`` per ``train_freq``
+    boundary crossed since the step before (boundaries crossed before it are not made up). So a
+    run can end past ``learning_starts`` without one update: 1000 steps, starts 1000, every 256."""
+    reached = final_env_steps(done, total, hp.n_envs)
+    n = hp.n_envs
+    first = done + max(1, -(-(hp.learning_starts - done) // n)) * n  # first vector step to train
+    if first > reached:
+        return 0
+    return (reached // hp.train_freq - (first - n) // hp.train_freq) * hp.gradient_steps
+
+
 # Evaluation episodes of an env without a time limit (CliffWalking, or a user's instance with no
 # TimeLimit) stop here: a greedy policy that loops would otherwise never end one, and training
 # would hang in its first evaluation. ``env_kwargs.max_episode_steps`` or a TimeLimit wrapper
@@ -733,12 +746,15 @@ class DQNTrainer:
                 total_env_steps,
                 self.env_steps,
             )
-        elif hp.learning_starts > reached:
+        elif planned_updates(self.env_steps, total_env_steps, hp) == 0:
             log.warning(
-                "learning_starts %d > the %d env steps this run reaches: no optimizer step will "
-                "run and the model stays untrained (raise the total or lower learning_starts)",
-                hp.learning_starts,
+                "no optimizer step will run and the model stays untrained: the %d env steps "
+                "this run reaches end before a train_freq boundary (every %d env steps) at or "
+                "after learning_starts %d (raise the total, or lower learning_starts or "
+                "train_freq)",
                 reached,
+                hp.train_freq,
+                hp.learning_starts,
             )
         self.total_env_steps = total_env_steps
         progress = self._make_progress(total_env_steps)
