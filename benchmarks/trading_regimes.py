@@ -7,6 +7,8 @@ state's training-span direction: what the regime input alone is worth) and the r
 
     python benchmarks/trading_regimes.py --jobs 2        # 20 seeds, the preset's step budget
     python benchmarks/trading_regimes.py --smoke         # seconds; checks the plumbing only
+    python benchmarks/trading_regimes.py --market-seeds $(seq 1 20) --seeds 0 --jobs 2
+                                            # 20 other markets: is the default market typical?
 """
 
 from __future__ import annotations
@@ -27,15 +29,17 @@ from foxhunt.session import evaluate_run, run_training
 RESULTS = Path(__file__).parent / "results"
 
 
-def run_one(seed: int, variant: str, steps: int | None, smoke: bool, root: Path) -> dict[str, Any]:
+def run_one(
+    seed: int, variant: str, steps: int | None, smoke: bool, root: Path, market_seed: int = 0
+) -> dict[str, Any]:
     torch.set_num_threads(1)
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = {"market.synthetic_seed": market_seed}
     if variant == "plain_dqn":
         overrides["regime_conditional"] = False
     if smoke:
         overrides.update(learning_starts=300, hidden_sizes=[16], eval_interval=0, log_interval=200)
     spec = build_spec(seed=seed, total_steps=steps, overrides=overrides)
-    run_dir = root / f"{variant}-{seed}"
+    run_dir = root / f"{variant}-{seed}-market{market_seed}"
     t0 = time.perf_counter()
     run_training(spec, run_dir, progress=False)
     train_s = time.perf_counter() - t0
@@ -44,6 +48,7 @@ def run_one(seed: int, variant: str, steps: int | None, smoke: bool, root: Path)
     oracle = next(k for k in m if "oracle" in k)
     return {
         "seed": seed,
+        "market_seed": market_seed,
         "variant": variant,
         "env_steps": spec.total_env_steps,
         "train_seconds": round(train_s, 1),
@@ -56,6 +61,21 @@ def run_one(seed: int, variant: str, steps: int | None, smoke: bool, root: Path)
         "regime_rule_sharpe": m.get("regime rule", {}).get("sharpe"),
         "oracle_log_return": m[oracle]["total_log_return"],
         "oracle_capture": out["oracle_capture"],
+    }
+
+
+def _baseline(rows: list[dict[str, Any]], name: str) -> dict[str, float] | None:
+    """A baseline's figures, averaged over the markets (each market once: they do not depend on
+    the agent's seed)."""
+    per_market = {r["market_seed"]: r for r in rows}.values()
+    if any(r[f"{name}_log_return"] is None for r in per_market):
+        return None
+    return {
+        "agent_log_return": statistics.fmean(r[f"{name}_log_return"] for r in per_market),
+        "agent_sharpe": statistics.fmean(r[f"{name}_sharpe"] for r in per_market),
+        "oracle_capture": statistics.fmean(
+            r[f"{name}_log_return"] / r["oracle_log_return"] for r in per_market
+        ),
     }
 
 
@@ -73,28 +93,22 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             min_log_return=min(returns),
             max_log_return=max(returns),
         )
-    first = rows[0]
-    out["buy_and_hold"] = {
-        "agent_log_return": first["buy_and_hold_log_return"],
-        "agent_sharpe": first["buy_and_hold_sharpe"],
-        "oracle_capture": first["buy_and_hold_log_return"] / first["oracle_log_return"],
-    }
-    if first["regime_rule_log_return"] is not None:
-        out["regime_rule"] = {
-            "agent_log_return": first["regime_rule_log_return"],
-            "agent_sharpe": first["regime_rule_sharpe"],
-            "oracle_capture": first["regime_rule_log_return"] / first["oracle_log_return"],
-        }
+    for name in ("buy_and_hold", "regime_rule"):
+        figures = _baseline(rows, name)
+        if figures is not None:
+            out[name] = figures
     return out
 
 
 def paired(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per seed, regime-conditional minus plain DQN: the comparison the seeds share."""
-    by = {(r["seed"], r["variant"]): r["agent_log_return"] for r in rows}
-    seeds = sorted({s for s, v in by if (s, "plain_dqn") in by and (s, "regime_conditional") in by})
-    diffs = [by[s, "regime_conditional"] - by[s, "plain_dqn"] for s in seeds]
+    """Per (market, seed), regime-conditional minus plain DQN: the comparison they share."""
+    by = {(r["market_seed"], r["seed"], r["variant"]): r["agent_log_return"] for r in rows}
+    both = ("plain_dqn", "regime_conditional")
+    pairs = sorted({(m, s) for m, s, _ in by if all((m, s, v) in by for v in both)})
+    diffs = [by[m, s, "regime_conditional"] - by[m, s, "plain_dqn"] for m, s in pairs]
     return {
-        "seeds": seeds,
+        "seeds": [s for _, s in pairs],
+        "market_seeds": [m for m, _ in pairs],
         "regime_conditional_minus_plain": diffs,
         "regime_conditional_wins": sum(d > 0 for d in diffs),
         "mean_difference": statistics.fmean(diffs) if diffs else None,
@@ -110,33 +124,44 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--steps", type=int, default=None, help="env steps (default: the preset's)")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    p.add_argument(
+        "--market-seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="synthetic markets to run on (default: 0, the default market)",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     steps = 600 if args.smoke else args.steps
     seeds = args.seeds[:1] if args.smoke else args.seeds
-    jobs = [(seed, variant) for seed in seeds for variant in ("regime_conditional", "plain_dqn")]
+    markets = args.market_seeds[:1] if args.smoke else args.market_seeds
+    variants = ("regime_conditional", "plain_dqn")
+    jobs = [(m, s, v) for m in markets for s in seeds for v in variants]
     with tempfile.TemporaryDirectory() as tmp:
         if args.jobs > 1:
             import multiprocessing as mp
 
             with mp.get_context("spawn").Pool(args.jobs) as pool:
                 rows = pool.starmap(
-                    run_one, [(s, v, steps, args.smoke, Path(tmp)) for s, v in jobs]
+                    run_one, [(s, v, steps, args.smoke, Path(tmp), m) for m, s, v in jobs]
                 )
         else:
-            rows = [run_one(s, v, steps, args.smoke, Path(tmp)) for s, v in jobs]
+            rows = [run_one(s, v, steps, args.smoke, Path(tmp), m) for m, s, v in jobs]
     for row in rows:
         print(json.dumps(row), flush=True)
     result = {
         "benchmark": "trading_regimes",
         "smoke": args.smoke,
         "rows": rows,
+        "market_seeds": markets,
         "mean": summarise(rows),
         "paired": paired(rows),
     }
+    market = "" if markets == [0] else f"_markets{min(markets)}-{max(markets)}"
     out = args.out or RESULTS / (
-        "trading_regimes.smoke.json" if args.smoke else "trading_regimes.json"
+        "trading_regimes.smoke.json" if args.smoke else f"trading_regimes{market}.json"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
@@ -149,8 +174,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     pr = result["paired"]
     print(
-        f"\nregime-conditional minus plain DQN, per seed: wins {pr['regime_conditional_wins']} of "
-        f"{len(pr['seeds'])}, mean {pr['mean_difference']:+.3f}"
+        "\nregime-conditional minus plain DQN, per (market, seed): wins "
+        f"{pr['regime_conditional_wins']} of {len(pr['seeds'])}, mean {pr['mean_difference']:+.3f}"
         + (
             f" (standard error {pr['stderr_of_difference']:.3f})"
             if pr["stderr_of_difference"]
