@@ -181,6 +181,11 @@ def test_fallback_when_the_chosen_actions_std_is_too_high():
     np.testing.assert_array_equal(d.chosen, [0, 0])
     np.testing.assert_array_equal(d.fell_back, [True, True])
     np.testing.assert_allclose(d.chosen_std, [1.0, 1.0], atol=1e-6)
+    # A NaN in the observation leaves the spread undefined: that stands aside too.
+    nan_q = np.full((len(RISKY), 1, 3), np.nan)
+    ens.member_q_values = lambda obs: nan_q  # type: ignore[method-assign]
+    d = ens.decide(obs[None], fallback_action=2, max_std=0.5)
+    assert d.fell_back.tolist() == [True] and d.actions.tolist() == [2]
 
 
 @pytest.mark.parametrize(

@@ -230,8 +230,9 @@ class QEnsemble:
         chosen_std = std[rows, chosen]
         own = q.argmax(axis=2)  # [M, B] each member's greedy action
         disagreement = (own != chosen[None, :]).mean(axis=0)
+        # Not "std > limit": an undefined spread (a NaN in the observation) falls back too.
         fell_back = (
-            chosen_std > limit if limit is not None else np.zeros(chosen.shape[0], dtype=bool)
+            ~(chosen_std <= limit) if limit is not None else np.zeros(chosen.shape[0], dtype=bool)
         )
         actions = np.where(fell_back, fallback if fallback is not None else 0, chosen)
         return EnsembleDecision(
