@@ -1697,3 +1697,16 @@ def test_a_units_row_and_a_footer_in_one_file(tmp_path, caplog):
     df = load_ohlcv(write(tmp_path, text))
     assert list(df.index) == [pd.Timestamp("2024-01-02"), pd.Timestamp("2024-01-03")]
     assert "skipped as a row of units" in caplog.text and "skipped as a footer" in caplog.text
+
+
+def test_parquet_without_an_engine_names_the_extra(tmp_path, monkeypatch):
+    """pyarrow comes with the parquet extra only: without it, one line, not pandas' traceback."""
+    import sys
+
+    path = tmp_path / "bars.parquet"
+    path.write_bytes(b"PAR1 not really")  # never read: the engine is missing
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` raises ImportError
+    monkeypatch.setitem(sys.modules, "fastparquet", None)
+    with pytest.raises(DataError) as err:
+        load_ohlcv(path)
+    assert_one_line(err, "bars.parquet", "needs pyarrow: pip install 'foxhunt[parquet]'")

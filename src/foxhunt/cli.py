@@ -180,8 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--data",
         type=_path("--data"),
-        help="evaluate on this OHLCV file instead of the run's market (features and the regime "
-        "detector are refitted on that file's own training span, as in training)",
+        help="evaluate on this OHLCV file instead of the run's market: the run's own bars "
+        "followed by new ones keep the spans, normalisation and detector as trained (the test "
+        "span runs on into the new bars); any other file is split and fitted on its own "
+        "training span, as in training",
     )
     e.add_argument("--split", help="train, validation, test or all (default test)")
     e.add_argument(

@@ -378,6 +378,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         if suffix == ".xlsx":
             frame = _read_excel(path, label)
         elif suffix in (".parquet", ".pq"):
+            _require_parquet_engine(label)
             frame = _typed_decimals(_one_ticker_columns(pd.read_parquet(path), label))
             if isinstance(frame.index, pd.MultiIndex):  # (symbol, date): levels become columns
                 frame = frame.reset_index()
@@ -467,6 +468,21 @@ def _one_ticker_columns(frame: pd.DataFrame, label: str) -> pd.DataFrame:
             )
         return frame.droplevel(level, axis=1)
     return frame
+
+
+def _require_parquet_engine(label: str) -> None:
+    """pandas reads Parquet through pyarrow (or fastparquet), which foxhunt installs only with
+    its ``parquet`` extra: say so in one line instead of pandas' ImportError traceback."""
+    for engine in ("pyarrow", "fastparquet"):
+        try:
+            __import__(engine)
+            return
+        except ImportError:
+            continue
+    raise DataError(
+        f"{label}: reading Parquet files needs pyarrow: pip install 'foxhunt[parquet]' (or "
+        "pyarrow; or save the data as CSV)"
+    )
 
 
 def _read_excel(path: Path, label: str) -> pd.DataFrame:
