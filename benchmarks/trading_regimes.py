@@ -70,12 +70,11 @@ def _baseline(rows: list[dict[str, Any]], name: str) -> dict[str, float] | None:
     per_market = {r["market_seed"]: r for r in rows}.values()
     if any(r[f"{name}_log_return"] is None for r in per_market):
         return None
+    mean = statistics.fmean(r[f"{name}_log_return"] for r in per_market)
     return {
-        "agent_log_return": statistics.fmean(r[f"{name}_log_return"] for r in per_market),
+        "agent_log_return": mean,
         "agent_sharpe": statistics.fmean(r[f"{name}_sharpe"] for r in per_market),
-        "oracle_capture": statistics.fmean(
-            r[f"{name}_log_return"] / r["oracle_log_return"] for r in per_market
-        ),
+        "oracle_capture": mean / statistics.fmean(r["oracle_log_return"] for r in per_market),
     }
 
 
@@ -84,9 +83,13 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     for variant in sorted({r["variant"] for r in rows}):
         rs = [r for r in rows if r["variant"] == variant]
         out[variant] = {
-            k: statistics.fmean(r[k] for r in rs if r[k] is not None)
-            for k in ("agent_log_return", "agent_sharpe", "oracle_capture")
+            k: statistics.fmean(r[k] for r in rs) for k in ("agent_log_return", "agent_sharpe")
         }
+        # The share of the oracle's total, not the mean of per-market shares: a market whose
+        # oracle earns about nothing (or loses) would make its own share meaningless.
+        out[variant]["oracle_capture"] = out[variant]["agent_log_return"] / statistics.fmean(
+            r["oracle_log_return"] for r in rs
+        )
         returns = [r["agent_log_return"] for r in rs]
         out[variant].update(
             median_log_return=statistics.median(returns),

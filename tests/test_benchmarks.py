@@ -249,7 +249,7 @@ def test_trading_regimes_pairs_by_market_and_counts_each_market_once() -> None:
     module = importlib.import_module("trading_regimes")
 
     def row(market: int, seed: int, variant: str, agent: float) -> dict:
-        base = {"buy_and_hold": 0.1 * (market + 1), "regime_rule": 0.5, "oracle": 1.0 + market}
+        base = {"buy_and_hold": 0.1 * (market + 1), "regime_rule": 0.5, "oracle": 1.0 + 3 * market}
         return {
             "market_seed": market,
             "seed": seed,
@@ -273,8 +273,10 @@ def test_trading_regimes_pairs_by_market_and_counts_each_market_once() -> None:
     ]
     mean = module.summarise(rows)
     assert mean["buy_and_hold"]["agent_log_return"] == pytest.approx((0.1 + 0.2) / 2)
-    assert mean["buy_and_hold"]["oracle_capture"] == pytest.approx((0.1 / 1 + 0.2 / 2) / 2)
+    # shares of the oracle's total over the markets (1 and 4), not means of per-market shares
+    assert mean["buy_and_hold"]["oracle_capture"] == pytest.approx(0.15 / 2.5)
     assert mean["regime_conditional"]["agent_log_return"] == pytest.approx(0.4)
+    assert mean["regime_conditional"]["oracle_capture"] == pytest.approx(0.4 / 3.0)
     pr = module.paired(rows)
     assert list(zip(pr["market_seeds"], pr["seeds"], strict=True)) == [(0, 0), (1, 0), (1, 1)]
     assert pr["regime_conditional_minus_plain"] == pytest.approx([0.3, -0.1, 0.0])
