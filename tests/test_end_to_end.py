@@ -142,7 +142,7 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert val_series.index[-1] == pd.Timestamp(setup.market.timestamps[setup.val_end])
 
 
-def test_next_position_acts_on_new_bars_causally(tmp_path: Path) -> None:
+def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None:
     """A run acts on its data grown by new bars with its own spans, normalisation and detector:
     the decision at a bar does not change when later bars arrive."""
     import foxhunt
@@ -169,14 +169,34 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path) -> None:
     decisions = {p: foxhunt.next_position(tmp_path / "run", held=p) for p in (-1.0, 0.0, 1.0)}
     assert all(d["held"] == p for p, d in decisions.items())
     assert decisions[now["held"]]["position"] == now["position"]
-    with pytest.raises(ConfigError, match=r"held must be one of the run's positions"):
-        foxhunt.next_position(tmp_path / "run", held=0.5)
+    for bad in (0.5, True, 1 + 0j, np.array([1.0])):  # True and 1+0j equal 1.0, but are not
+        with pytest.raises(ConfigError, match=r"held must be one of the run's positions"):
+            foxhunt.next_position(tmp_path / "run", held=bad)  # type: ignore[arg-type]
+    assert foxhunt.next_position(tmp_path / "run", held=-0.0)["held"] == 0.0
     # A vendor's revised value among the trained bars (same times): still the run's history.
     revised = frame.copy()
     revised.loc[600, "volume"] *= 1.5
     revised.to_csv(tmp_path / "revised.csv", index=False)
     again = foxhunt.evaluate_run(tmp_path / "run", data=tmp_path / "revised.csv", split="test")
     assert again["bars"] == grown["bars"]  # the spans stay as trained, not split again
+    assert "in-sample" not in caplog.text  # the grown data's test span is after the trained bars
+    # A file cut within the run's training span is split anew: its "test" span holds bars the
+    # run trained on, which was reported as out of sample without a word.
+    frame.iloc[:400].to_csv(tmp_path / "cut.csv", index=False)
+    foxhunt.evaluate_run(tmp_path / "run", data=tmp_path / "cut.csv", split="test")
+    assert "lie within the bars" in caplog.text and "the result is in-sample" in caplog.text
+    # Appended bars that jump a month (a month-first date written into a day-first file
+    # parses, as the wrong day): said, since nothing else fails.
+    swapped = frame.iloc[:652].copy()
+    stamps = pd.to_datetime(swapped["timestamp"])
+    swapped.loc[651, "timestamp"] = str(stamps.iloc[650] + pd.Timedelta(days=30))
+    swapped.to_csv(tmp_path / "swapped.csv", index=False)
+    caplog.clear()
+    foxhunt.next_position(tmp_path / "run", data=tmp_path / "swapped.csv")
+    assert "new bar" in caplog.text and "check its date" in caplog.text
+    caplog.clear()
+    foxhunt.next_position(tmp_path / "run", data=full)  # one day apart: nothing to say
+    assert "check its date" not in caplog.text
     frame.iloc[5:].to_csv(tmp_path / "other.csv", index=False)  # not the run's history
     with pytest.raises(ConfigError, match="does not start with the bars the run trained on"):
         foxhunt.next_position(tmp_path / "run", data=tmp_path / "other.csv")
@@ -241,3 +261,16 @@ def test_walk_forward_runs_train_each_fold_on_its_own_past(tmp_path: Path) -> No
                 spec, tmp_path / "wf2", n_folds=2, train_size=train_size, **sizes
             )
         assert not (tmp_path / "wf2").exists()
+
+
+def test_new_bars_that_break_the_spacing_are_said(caplog) -> None:
+    """Business-day bars, then one on a Saturday (a swapped day and month can land there)."""
+    from foxhunt.runs import _check_new_bar_times
+
+    days = pd.bdate_range("2023-01-02", periods=150)  # ends on Friday 2023-07-28
+    saturday = pd.DatetimeIndex([pd.Timestamp("2023-07-29")])
+    _check_new_bar_times(days.append(saturday), 150, "f.csv")
+    assert "new bar 2023-07-29 00:00:00 comes on a weekend" in caplog.text
+    caplog.clear()
+    _check_new_bar_times(days.append(pd.DatetimeIndex([days[-1] + pd.offsets.BDay()])), 150, "f")
+    assert not caplog.text

@@ -502,6 +502,7 @@ def build_trading(
                 source,
                 added,
             )
+            _check_new_bar_times(df.index, int(recorded["rows"]), source)
     elif continuing and data_override is not None:
         fewer = recorded is not None and n < int(recorded["rows"])
         what = (
@@ -522,7 +523,14 @@ def build_trading(
         train_end, val_end = bounds
     else:
         check_split_sizes(n, train_end, val_end, m, config.window, source)
-    record = {**identity, "train_end": train_end, "val_end": val_end}
+    # The last bar training or model selection saw: a backtest of another file on bars up to
+    # it is in-sample (see session.backtest_run).
+    record = {
+        **identity,
+        "train_end": train_end,
+        "val_end": val_end,
+        "validated_last": str(df.index[val_end - 1]),
+    }
     try:
         market = prepare_market(
             df,
@@ -551,6 +559,44 @@ _RECORD_KEYS = {"rows": int, "first": str, "last": str, "sha256": str, "train_en
                 "val_end": int}  # fmt: skip
 # index_sha256 (the timestamps' own hash) is checked when present: records written before it
 # was added do not have it.
+
+
+def _check_new_bar_times(index: Any, kept: int, source: str | None) -> None:
+    """Warn when bars appended after the run's ``kept`` bars do not keep their spacing: a tool
+    writing month-first dates into a day-first file gives 08/09/2023 as 8 September, which
+    parses, and daily bars then jump a month (or land on a weekend) without an error."""
+    import numpy as np
+
+    ns = index.as_unit("ns").asi8
+    gaps = np.diff(ns[:kept]) if kept > 1 else np.array([], dtype=np.int64)
+    typical = float(np.median(gaps)) if gaps.size else 0.0
+    no_weekends = kept >= 100 and not (index[:kept].day_of_week >= 5).any()
+    for i in range(max(kept, 1), len(index)):
+        gap = int(ns[i] - ns[i - 1])
+        far = typical > 0 and gap > 10 * typical
+        weekend = no_weekends and index[i].day_of_week >= 5
+        if far or weekend:
+            why = (
+                f"{_duration(gap)} after the bar before it, where the run's bars are "
+                f"{_duration(int(typical))} apart (median)"
+                if far
+                else "on a weekend, where the run's bars never are"
+            )
+            log.warning(
+                "%s: new bar %s comes %s: check its date (a month-first date in a day-first "
+                "file, 08/09 for 9 August, reads as 8 September)",
+                source,
+                index[i],
+                why,
+            )
+            return
+
+
+def _duration(ns: int) -> str:
+    """A duration in nanoseconds as pandas writes it (1 days 00:00:00 -> '1 days')."""
+    import pandas as pd
+
+    return str(pd.Timedelta(ns)).replace(" 00:00:00", "")
 
 
 def _data_label(spec: RunSpec) -> str:
@@ -622,10 +668,9 @@ def read_data_record(run_dir: Path) -> dict[str, Any] | None:
                 f"{path}: {key} must be {'an integer' if kind is int else 'a string'}, got: "
                 f"{value!r:.60}"
             )
-    if "index_sha256" in record and type(record["index_sha256"]) is not str:
-        raise FoxhuntError(
-            f"{path}: index_sha256 must be a string, got: {record['index_sha256']!r:.60}"
-        )
+    for key in ("index_sha256", "validated_last"):  # absent from records written before them
+        if key in record and type(record[key]) is not str:
+            raise FoxhuntError(f"{path}: {key} must be a string, got: {record[key]!r:.60}")
     if not 0 < record["train_end"] <= record["val_end"] < record["rows"]:
         raise FoxhuntError(
             f"{path}: train_end {record['train_end']} / val_end {record['val_end']} do not "

@@ -664,10 +664,13 @@ def next_position(
     if not spec.is_trading:
         raise ConfigError(f"{run_dir} trained on {spec.env!r}: next_position is for trading runs")
     positions = spec.trading_config().positions
-    if held is not None and held not in positions:
+    number = isinstance(held, int | float | np.integer | np.floating) and not isinstance(held, bool)
+    if held is not None and (not number or held not in positions):  # True == 1.0; 1+0j too
         raise ConfigError(
             f"held must be one of the run's positions {list(positions)}, got {held!r}"
         )
+    if held is not None:  # the run's own value (-0.0 is flat, 0.0)
+        held = float(positions[list(positions).index(held)])
     recorded = read_data_record(run_dir)
     path = data_path(data, "data")
     if path is not None and recorded is None:  # a run from before data.json: nothing to match
@@ -835,6 +838,32 @@ def gym_evaluation(
     }
 
 
+def _warn_in_sample(
+    span: Any, window: int, recorded: dict[str, Any], data: str, run_dir: Path
+) -> None:
+    """Say so when a backtest of another file trades bars at times the run trained or
+    validated on: a file cut short, or a window that ends before the training span did, is
+    split anew, and its test span can lie inside the run's own training data."""
+    last = recorded.get("validated_last")
+    if last is None:  # a record from before it was kept
+        return
+    times = pd.DatetimeIndex(span.timestamps)[window - 1 :]  # traded: after the warm-up bars
+    seen = (times >= pd.Timestamp(recorded["first"])) & (times <= pd.Timestamp(last))
+    if seen.any():
+        log.warning(
+            "%s: %d of the %d bars this backtest trades (%s .. %s) lie within the bars %s "
+            "trained or validated on (%s .. %s): on the same market the result is in-sample",
+            data,
+            int(seen.sum()),
+            len(times),
+            times[0],
+            times[-1],
+            run_dir,
+            recorded["first"],
+            last,
+        )
+
+
 def backtest_run(
     run_dir: Path,
     spec: RunSpec,
@@ -856,9 +885,12 @@ def backtest_run(
     from foxhunt import backtest as bt
     from foxhunt.runs import build_trading
 
+    recorded = read_data_record(run_dir)
     if setup is None:
-        setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
+        setup = build_trading(spec, data_override=data, recorded=recorded)
     span = setup.span(split, closing=True)
+    if data is not None and recorded is not None:
+        _warn_in_sample(span, setup.config.window, recorded, data, run_dir)
     config = setup.config
     if fits is not None:
         from foxhunt.envs.trading import TradingEnv
