@@ -7,6 +7,7 @@ off) reaches the target, so these runs cost well under their budgets when learni
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,7 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None
         with pytest.raises(ConfigError, match=r"held must be one of the run's positions"):
             foxhunt.next_position(tmp_path / "run", held=bad)  # type: ignore[arg-type]
     assert foxhunt.next_position(tmp_path / "run", held=-0.0)["held"] == 0.0
+    assert foxhunt.next_position(tmp_path / "run", held=Fraction(1, 1))["held"] == 1.0
     # A vendor's revised value among the trained bars (same times): still the run's history.
     revised = frame.copy()
     revised.loc[600, "volume"] *= 1.5
@@ -273,4 +275,16 @@ def test_new_bars_that_break_the_spacing_are_said(caplog) -> None:
     assert "new bar 2023-07-29 00:00:00 comes on a weekend" in caplog.text
     caplog.clear()
     _check_new_bar_times(days.append(pd.DatetimeIndex([days[-1] + pd.offsets.BDay()])), 150, "f")
+    assert not caplog.text
+    # Minute bars: a new session after a night or a weekend is a gap the history already holds.
+    minutes = pd.DatetimeIndex(
+        [t for d in pd.bdate_range("2024-01-01", periods=5) for t in
+         pd.date_range(d + pd.Timedelta(hours=9, minutes=30), periods=390, freq="min")]
+    )  # fmt: skip
+    _check_new_bar_times(minutes, 4 * 390, "m.csv")  # day 5 appended: its first bar after a night
+    assert not caplog.text
+    # ... and a weekend the kept bars (Tuesday to Friday) never held: still not a swapped date.
+    week = pd.DatetimeIndex([t for t in minutes if t.day_of_week > 0])
+    monday = pd.date_range("2024-01-08 09:30", periods=390, freq="min")
+    _check_new_bar_times(week.append(monday), len(week), "m.csv")
     assert not caplog.text

@@ -434,19 +434,28 @@ def test_learning_starts_warning_only_when_no_update_can_run(
     assert final_env_steps(0, 62, 4) == 64 and final_env_steps(10, 5, 4) == 10
     from foxhunt.trainer import planned_updates
 
-    cases = [  # (n_envs, learning_starts, total, train_freq, gradient_steps, warned)
-        (1, 16, 16, 1, 1, False),  # trains at step 16 itself
-        (4, 16, 14, 1, 1, False),  # 4 envs step past 14 to 16
-        (1, 17, 16, 1, 1, True),
+    cases = [  # (n_envs, learning_starts, total, train_freq, gradient_steps, warned, n_step)
+        (1, 16, 16, 1, 1, False, 1),  # trains at step 16 itself
+        (4, 16, 14, 1, 1, False, 1),  # 4 envs step past 14 to 16
+        (1, 17, 16, 1, 1, True, 1),
         # Past learning_starts but before the next train_freq boundary: no update either (a
         # CartPole run of 1000 steps, learning_starts 1000, train_freq 256 trained nothing).
-        (4, 40, 40, 16, 2, True),
-        (4, 40, 48, 16, 2, False),
-        (3, 10, 50, 8, 3, False),  # n_envs not dividing train_freq: boundaries crossed mid-step
-        (4, 8, 30, 6, 1, False),
+        (4, 40, 40, 16, 2, True, 1),
+        (4, 40, 48, 16, 2, False, 1),
+        (3, 10, 50, 8, 3, False, 1),  # n_envs not dividing train_freq: boundaries crossed mid-step
+        (4, 8, 30, 6, 1, False, 1),
+        # 3-step returns over 8 envs: the replay's first transition comes at env step 24.
+        (8, 8, 16, 8, 1, True, 3),
+        (8, 8, 24, 8, 1, False, 3),
     ]
-    for n_envs, starts, total, freq, grad_steps, warned in cases:
-        hp = _hp(n_envs=n_envs, learning_starts=starts, train_freq=freq, gradient_steps=grad_steps)
+    for n_envs, starts, total, freq, grad_steps, warned, n_step in cases:
+        hp = _hp(
+            n_envs=n_envs,
+            learning_starts=starts,
+            train_freq=freq,
+            gradient_steps=grad_steps,
+            n_step=n_step,
+        )
         trainer = DQNTrainer(hp, lambda: _Counter())
         try:
             caplog.clear()

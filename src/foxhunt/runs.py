@@ -561,6 +561,9 @@ _RECORD_KEYS = {"rows": int, "first": str, "last": str, "sha256": str, "train_en
 # was added do not have it.
 
 
+_WEEK_NS = 7 * 86_400 * 10**9  # nights, weekends and holidays are shorter; a swapped date not
+
+
 def _check_new_bar_times(index: Any, kept: int, source: str | None) -> None:
     """Warn when bars appended after the run's ``kept`` bars do not keep their spacing: a tool
     writing month-first dates into a day-first file gives 08/09/2023 as 8 September, which
@@ -570,15 +573,17 @@ def _check_new_bar_times(index: Any, kept: int, source: str | None) -> None:
     ns = index.as_unit("ns").asi8
     gaps = np.diff(ns[:kept]) if kept > 1 else np.array([], dtype=np.int64)
     typical = float(np.median(gaps)) if gaps.size else 0.0
+    longest = int(gaps.max()) if gaps.size else 0  # nights, weekends, holidays: already seen
     no_weekends = kept >= 100 and not (index[:kept].day_of_week >= 5).any()
     for i in range(max(kept, 1), len(index)):
         gap = int(ns[i] - ns[i - 1])
-        far = typical > 0 and gap > 10 * typical
+        far = gap > max(10 * typical, longest, _WEEK_NS)
         weekend = no_weekends and index[i].day_of_week >= 5
         if far or weekend:
             why = (
                 f"{_duration(gap)} after the bar before it, where the run's bars are "
-                f"{_duration(int(typical))} apart (median)"
+                f"{_duration(int(typical))} apart (median) and never more than "
+                f"{_duration(longest)}"
                 if far
                 else "on a weekend, where the run's bars never are"
             )

@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -664,7 +665,7 @@ def next_position(
     if not spec.is_trading:
         raise ConfigError(f"{run_dir} trained on {spec.env!r}: next_position is for trading runs")
     positions = spec.trading_config().positions
-    number = isinstance(held, int | float | np.integer | np.floating) and not isinstance(held, bool)
+    number = isinstance(held, numbers.Real) and not isinstance(held, bool)
     if held is not None and (not number or held not in positions):  # True == 1.0; 1+0j too
         raise ConfigError(
             f"held must be one of the run's positions {list(positions)}, got {held!r}"

@@ -181,11 +181,15 @@ def final_env_steps(done: int, total: int, n_envs: int) -> int:
 def planned_updates(done: int, total: int, hp: DQNHyperparameters) -> int:
     """The optimizer steps a run from ``done`` env steps to ``total`` takes, by the loop's rule:
     after each vector step at or past ``learning_starts``, ``gradient_steps`` per ``train_freq``
-    boundary crossed since the step before (boundaries crossed before it are not made up). So a
-    run can end past ``learning_starts`` without one update: 1000 steps, starts 1000, every 256."""
+    boundary crossed since the step before (boundaries crossed before it are not made up), once
+    the replay holds a transition. So a run can end past ``learning_starts`` without one update:
+    1000 steps, starts 1000, every 256. Exact unless an episode ends within its first ``n_step``
+    steps (its shorter transition then arrives sooner): never more than the loop runs."""
     reached = final_env_steps(done, total, hp.n_envs)
     n = hp.n_envs
     first = done + max(1, -(-(hp.learning_starts - done) // n)) * n  # first vector step to train
+    if done == 0:  # and the replay's first transition: each env holds its first n - 1 steps
+        first = max(first, n * hp.n_step)  # back (fewer if an episode ends sooner: a floor)
     if first > reached:
         return 0
     return (reached // hp.train_freq - (first - n) // hp.train_freq) * hp.gradient_steps
