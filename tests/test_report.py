@@ -168,3 +168,30 @@ def test_short_series_are_drawn_with_dots() -> None:
         _draw_lines(ax, frame, "env_steps", plot)
         _draw_returns(ax, frame, "env_steps")
         assert ax.lines[0].get_marker() == marker and ax.lines[1].get_marker() == marker
+
+
+def test_a_diverged_run_reads_as_one(tmp_path: Path) -> None:
+    """Non-finite losses at the end: the final value was the last finite one, the loss row and
+    plot vanished when every value was nan, and nothing on the page said so."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text(
+        "env_steps,loss,q_mean,grad_norm_pre_clip,eval_return\n"
+        "100,0.5,1.0,2.0,\n"
+        "200,0.25,2.0,inf,3.0\n"
+        "300,nan,nan,nan,\n"  # written nan: diverged; empty eval_return: no evaluation here
+        "400,nan,nan,-inf,\n"
+    )
+    page = write_run_report(run)["index"].read_text()
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (
+            re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", page)
+        )
+        if cells
+    }
+    assert rows["loss"] == ["n/a (2 non-finite)", "0.25", "0.5", ""]
+    assert rows["grad_norm_pre_clip"] == ["n/a (3 non-finite)", "2", "2", ""]
+    assert rows["eval_return"] == ["3", "3", "3", "3 at env_steps 200"]  # empty cells: not bad
+    assert "3 logged row(s) hold non-finite values (loss, q_mean, grad_norm_pre_clip)" in page
+    assert "inf" not in page.replace("information", "")

@@ -163,6 +163,13 @@ def test_write_rejects_other_suffix(tmp_path):
         ({"start_price": -1.0}, "start_price"),
         ({"freq": "fortnightly"}, "fortnightly"),
         ({"initial_regime": 7}, "initial_regime"),
+        # Bars that do not move forward in time (a raw range() error, or a newest-first file).
+        ({"freq": "0D"}, "freq must step forward in time, got '0D'"),
+        ({"freq": "-1D"}, "freq must step forward in time"),
+        # Past pandas' last nanosecond timestamp: OutOfBoundsDatetime while generating.
+        ({"start": "2262-04-05", "n_bars": 10}, "must end by 2262-04-11"),
+        # A billion intrabar steps met the OOM killer, not an error.
+        ({"substeps": 10**9}, r"n_bars x substeps must be at most 200,000,000"),
     ],
 )
 def test_config_validation_names_field_and_value(kwargs, needle):

@@ -193,24 +193,64 @@ _MAXIMIZED = ("episode_return", "eval_return")
 
 
 def _fmt(value: float) -> str:
-    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+    if not math.isfinite(value):
+        return "n/a"  # as the backtest tables write it
+    if isinstance(value, float) and value == int(value):
         return f"{int(value):,}" if abs(value) < 1e15 else f"{value:.6g}"
     return f"{value:.6g}"
 
 
-def _summary_rows(frame: pd.DataFrame, x: str) -> list[tuple[str, str, str, str, str]]:
-    """(metric, final, min, max, best) for every column holding at least one number."""
+_NONFINITE_TEXT = frozenset({"nan", "inf", "+inf", "-inf", "infinity", "-infinity"})
+
+
+def _written_nonfinite(path: Path) -> pd.DataFrame:
+    """Where metrics.csv holds a written nan or inf (a diverged loss), as opposed to an empty
+    cell (a metric with nothing to say on that row, such as eval_return between evaluations):
+    read back as numbers, both are NaN."""
+    import pandas as pd
+
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return raw.apply(lambda cells: cells.str.strip().str.lower().isin(_NONFINITE_TEXT))
+
+
+def _nonfinite_alert(nonfinite: pd.DataFrame) -> str | None:
+    """A line at the top of the page when any logged value is nan or inf: the summary's final
+    values say so per metric, but a diverged run should not need a table read to be seen."""
+    rows = nonfinite.any(axis=1)
+    if not rows.any():
+        return None
+    columns = [str(c) for c in nonfinite.columns if nonfinite[c].any()]
+    return (
+        f"{int(rows.sum())} logged row(s) hold non-finite values ({', '.join(columns)}): "
+        "training diverged or skipped steps; summary.json's health events (or the run's "
+        "warnings) say which"
+    )
+
+
+def _summary_rows(
+    frame: pd.DataFrame, x: str, nonfinite: pd.DataFrame | None = None
+) -> list[tuple[str, str, str, str, str]]:
+    """(metric, final, min, max, best) for every column with a value written: the final value is
+    the last one written, non-finite or not (a diverged run must not read as its last good
+    row), and min, max and best are over the finite ones."""
     rows = []
     for column in frame.columns:
-        values = frame[column].dropna()
-        if values.empty:
+        bad = nonfinite[column] if nonfinite is not None and column in nonfinite else None
+        written = frame[column].notna() if bad is None else frame[column].notna() | bad
+        if not written.any():
             continue
+        cells = frame.loc[written, column]
+        finite = cells[cells.map(math.isfinite)]
+        final = _fmt(float(cells.iloc[-1]))
+        if bad is not None and bad.any():
+            final += f" ({int(bad.sum())} non-finite)"
+        low, high = (_fmt(finite.min()), _fmt(finite.max())) if len(finite) else ("n/a", "n/a")
         best = ""
-        if column in _MAXIMIZED:
-            at = values.idxmax()
+        if column in _MAXIMIZED and len(finite):
+            at = finite.idxmax()
             where = frame.at[at, x] if x in frame.columns else at
-            best = f"{_fmt(values.max())} at {x} {_fmt(float(where))}"
-        rows.append((column, _fmt(values.iloc[-1]), _fmt(values.min()), _fmt(values.max()), best))
+            best = f"{_fmt(finite.max())} at {x} {_fmt(float(where))}"
+        rows.append((column, final, low, high, best))
     return rows
 
 
@@ -221,6 +261,7 @@ def _html(
     config_text: str | None,
     backtest_href: str | None,
     n_rows: int,
+    alert: str | None = None,
 ) -> str:
     esc = html.escape
     parts = [
@@ -235,6 +276,8 @@ def _html(
         f"<h1>foxhunt run report: {esc(run_dir.name)}</h1>",
         f"<p>{n_rows} logged rows from <code>metrics.csv</code>.</p>",
     ]
+    if alert is not None:
+        parts.append(f"<p><strong>{esc(alert)}</strong></p>")
     if backtest_href is not None:
         parts.append(f'<p><a href="{esc(backtest_href)}">Backtest report</a></p>')
     parts.append("<h2>Summary</h2><table>")
@@ -295,8 +338,17 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
     backtest_href = (
         "../backtest/report.html" if (run_dir / "backtest" / "report.html").is_file() else None
     )
-    summary = _summary_rows(frame.drop(columns=["row"], errors="ignore"), x)
-    page = _html(run_dir, images, summary, config_text, backtest_href, len(frame))
+    nonfinite = _written_nonfinite(run_dir / "metrics.csv")
+    summary = _summary_rows(frame.drop(columns=["row"], errors="ignore"), x, nonfinite)
+    page = _html(
+        run_dir,
+        images,
+        summary,
+        config_text,
+        backtest_href,
+        len(frame),
+        _nonfinite_alert(nonfinite),
+    )
     index = out_dir / _INDEX
     atomic_write_bytes(index, page.encode("utf-8"))
     written["index"] = index

@@ -37,6 +37,9 @@ __all__ = [
 ]
 
 
+_MAX_PATH_POINTS = 200_000_000
+
+
 @dataclass(frozen=True)
 class RegimeSpec:
     """One market regime. Drift and volatility are of the log price, per bar."""
@@ -148,6 +151,13 @@ class SyntheticMarketConfig:
             value = getattr(self, attr)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"{attr} must be an integer >= {low}, got {value!r}")
+        # The intrabar paths are n_bars x substeps floats, built at once: beyond 2e8 (1.6 GB a
+        # copy) a typo (a billion substeps) met the OOM killer rather than an error.
+        if self.n_bars * self.substeps > _MAX_PATH_POINTS:
+            raise ConfigError(
+                f"n_bars x substeps must be at most {_MAX_PATH_POINTS:,} (the intrabar path is "
+                f"built in memory), got {self.n_bars:,} x {self.substeps:,}"
+            )
         for attr in ("start_price", "base_volume"):
             value = getattr(self, attr)
             if (
@@ -171,11 +181,17 @@ class SyntheticMarketConfig:
         except (ValueError, TypeError):
             raise ConfigError(f"start must be a timestamp, got {self.start!r}") from None
         try:
-            pd.tseries.frequencies.to_offset(self.freq)
-        except (ValueError, TypeError):
+            step = pd.tseries.frequencies.to_offset(self.freq)
+            first = pd.Timestamp(self.start).as_unit("ns")  # bars are nanosecond timestamps
+            last = first + (self.n_bars - 1) * step
+            forward = last > first
+        except (ValueError, TypeError, OverflowError, pd.errors.OutOfBoundsDatetime):
             raise ConfigError(
-                f"freq must be a pandas offset alias such as '1D', got {self.freq!r}"
+                f"freq must be a pandas offset alias such as '1D', and the {self.n_bars:,} bars "
+                f"from start {self.start!r} must end by 2262-04-11, got freq {self.freq!r}"
             ) from None
+        if not forward:  # 0D, -1D: bars that do not move forward in time
+            raise ConfigError(f"freq must step forward in time, got {self.freq!r}")
         object.__setattr__(self, "regimes", regimes)
         object.__setattr__(
             self, "transition", tuple(tuple(float(x) for x in row) for row in matrix)
