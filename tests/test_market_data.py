@@ -1710,3 +1710,14 @@ def test_parquet_without_an_engine_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(DataError) as err:
         load_ohlcv(path)
     assert_one_line(err, "bars.parquet", "needs pyarrow: pip install 'foxhunt[parquet]'")
+
+
+def test_a_bar_dated_after_today_is_said(tmp_path, caplog):
+    """A typo'd year in an appended bar (2099 for 2024) parses: said, not silently kept."""
+    text = HEADER + "\n".join(GOOD_ROWS) + "\n2099-01-04,11.5,12,11,11.8,400\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert len(df) == 4  # kept: a synthetic market may run into the future
+    assert "1 bar(s) dated after today, the first at row 4 (2099-01-04" in caplog.text
+    caplog.clear()
+    load_ohlcv(write(tmp_path, HEADER + "\n".join(GOOD_ROWS) + "\n", "ok.csv"))
+    assert "after today" not in caplog.text

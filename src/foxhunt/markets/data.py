@@ -1850,6 +1850,18 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     def where(pos: int) -> str:
         return f"row {file_row(pos)} ({_stamp(timestamps[pos])})"
 
+    # Epoch times past next year are refused (no unit reads them as a bar's time); a written
+    # date past today parses, and a typo'd year (2099 for 2024) would pass unseen.
+    future = np.asarray(timestamps > pd.Timestamp.now() + pd.Timedelta(days=2))
+    if future.any():
+        log.warning(
+            "%s: %d bar(s) dated after today, the first at %s: a typo in a date? (a synthetic "
+            "market may run into the future)",
+            label,
+            int(future.sum()),
+            where(int(np.argmax(future))),
+        )
+
     values: dict[str, np.ndarray] = {}
     names: dict[str, str] = {}
     for canon in OHLCV_COLUMNS:
