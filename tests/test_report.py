@@ -39,6 +39,12 @@ def _write_run(run_dir: Path, n: int = 60) -> pd.DataFrame:
     return frame
 
 
+def _summary_table(page: str) -> dict[str, list[str]]:
+    """The summary table's rows of index.html: metric -> [final, min, max, best]."""
+    rows = (re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", page))
+    return {cells[0]: cells[1:] for cells in rows if cells}
+
+
 def test_report_writes_pngs_index_config_and_backtest_link(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _write_run(run)
@@ -75,13 +81,7 @@ def test_report_summary_values(tmp_path: Path) -> None:
     run = tmp_path / "run"
     frame = _write_run(run)
     page = write_run_report(run)["index"].read_text()
-    rows = {
-        cells[0]: cells[1:]
-        for cells in (
-            re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", page)
-        )
-        if cells
-    }
+    rows = _summary_table(page)
     # Hand computation: eval returns [1, 4, 2, 3, 4, 0.5] at env_steps 0, 1000, ..., 5000;
     # the best (first maximum) is 4 at env_steps 1000, the last is 0.5.
     assert rows["eval_return"] == ["0.5", "0.5", "4", "4 at env_steps 1,000"]
@@ -183,13 +183,7 @@ def test_a_diverged_run_reads_as_one(tmp_path: Path) -> None:
         "400,nan,nan,-inf,\n"
     )
     page = write_run_report(run)["index"].read_text()
-    rows = {
-        cells[0]: cells[1:]
-        for cells in (
-            re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", page)
-        )
-        if cells
-    }
+    rows = _summary_table(page)
     assert rows["loss"] == ["n/a (2 non-finite)", "0.25", "0.5", ""]
     assert rows["grad_norm_pre_clip"] == ["n/a (3 non-finite)", "2", "2", ""]
     assert rows["eval_return"] == ["3", "3", "3", "3 at env_steps 200"]  # empty cells: not bad

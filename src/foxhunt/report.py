@@ -33,20 +33,31 @@ def read_metrics(path: Path) -> pd.DataFrame:
 
     Raises :class:`FoxhuntError` naming the file when it is missing, empty or not a CSV.
     """
+    return _numeric(_read_cells(Path(path)))
+
+
+def _read_cells(path: Path) -> pd.DataFrame:
+    """The metrics CSV's cells as written (text; an empty cell stays ""), read once for both
+    the numbers and where a nan or inf was written."""
     import pandas as pd
 
-    path = Path(path)
     if not path.is_file():
         raise FoxhuntError(f"metrics file {path} does not exist")
     try:
-        frame = pd.read_csv(path)
+        cells = pd.read_csv(path, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:
         raise FoxhuntError(f"metrics file {path} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise FoxhuntError(f"metrics file {path} is not a valid CSV: {first_line(exc)}") from None
-    if frame.empty:
+    if cells.empty:
         raise FoxhuntError(f"metrics file {path} has a header but no rows")
-    return frame.apply(pd.to_numeric, errors="coerce").astype("float64")
+    return cells
+
+
+def _numeric(cells: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
+    return cells.apply(pd.to_numeric, errors="coerce").astype("float64")
 
 
 # -- plots ------------------------------------------------------------------------------------
@@ -203,14 +214,11 @@ def _fmt(value: float) -> str:
 _NONFINITE_TEXT = frozenset({"nan", "inf", "+inf", "-inf", "infinity", "-infinity"})
 
 
-def _written_nonfinite(path: Path) -> pd.DataFrame:
+def _written_nonfinite(cells: pd.DataFrame) -> pd.DataFrame:
     """Where metrics.csv holds a written nan or inf (a diverged loss), as opposed to an empty
     cell (a metric with nothing to say on that row, such as eval_return between evaluations):
     read back as numbers, both are NaN."""
-    import pandas as pd
-
-    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return raw.apply(lambda cells: cells.str.strip().str.lower().isin(_NONFINITE_TEXT))
+    return cells.apply(lambda column: column.str.strip().str.lower().isin(_NONFINITE_TEXT))
 
 
 def _nonfinite_alert(nonfinite: pd.DataFrame) -> str | None:
@@ -228,21 +236,21 @@ def _nonfinite_alert(nonfinite: pd.DataFrame) -> str | None:
 
 
 def _summary_rows(
-    frame: pd.DataFrame, x: str, nonfinite: pd.DataFrame | None = None
+    frame: pd.DataFrame, x: str, nonfinite: pd.DataFrame
 ) -> list[tuple[str, str, str, str, str]]:
     """(metric, final, min, max, best) for every column with a value written: the final value is
     the last one written, non-finite or not (a diverged run must not read as its last good
     row), and min, max and best are over the finite ones."""
     rows = []
     for column in frame.columns:
-        bad = nonfinite[column] if nonfinite is not None and column in nonfinite else None
-        written = frame[column].notna() if bad is None else frame[column].notna() | bad
+        bad = nonfinite[column]
+        written = frame[column].notna() | bad
         if not written.any():
             continue
         cells = frame.loc[written, column]
         finite = cells[cells.map(math.isfinite)]
         final = _fmt(float(cells.iloc[-1]))
-        if bad is not None and bad.any():
+        if bad.any():
             final += f" ({int(bad.sum())} non-finite)"
         low, high = (_fmt(finite.min()), _fmt(finite.max())) if len(finite) else ("n/a", "n/a")
         best = ""
@@ -308,7 +316,8 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FoxhuntError(f"run directory {run_dir} does not exist")
-    frame = read_metrics(run_dir / "metrics.csv")
+    cells = _read_cells(run_dir / "metrics.csv")
+    frame = _numeric(cells)
     x = "env_steps" if _has_data(frame, "env_steps") else "row"
     if x == "row":
         frame = frame.assign(row=range(len(frame)))
@@ -338,7 +347,7 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
     backtest_href = (
         "../backtest/report.html" if (run_dir / "backtest" / "report.html").is_file() else None
     )
-    nonfinite = _written_nonfinite(run_dir / "metrics.csv")
+    nonfinite = _written_nonfinite(cells)
     summary = _summary_rows(frame.drop(columns=["row"], errors="ignore"), x, nonfinite)
     page = _html(
         run_dir,

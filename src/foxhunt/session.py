@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from foxhunt._io import atomic_write_text, shell_quoted
 from foxhunt.config import DQNHyperparameters
@@ -625,15 +624,11 @@ def require_new_dir(path: Path, name: str) -> None:
 
 @contextlib.contextmanager
 def caller_state(verbose: bool) -> Iterator[None]:
-    """A run from Python leaves the caller's torch thread count as it was (the run sets its
-    own, ``torch_threads``), and prints nothing to stdout unless ``verbose``."""
-    threads = torch.get_num_threads()
+    """A run from Python prints nothing to stdout unless ``verbose``. (The caller's torch thread
+    count is kept by the trainer, which sets ``torch_threads`` only inside learn and evaluate.)"""
     quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
-    try:
-        with quiet:
-            yield
-    finally:
-        torch.set_num_threads(threads)
+    with quiet:
+        yield
 
 
 def next_position(
@@ -811,14 +806,10 @@ def gym_evaluation(
     from foxhunt.envs.gym_envs import make_gym_env
 
     env = make_gym_env(spec.env, kwargs=spec.env_kwargs)  # type: ignore[arg-type]
-    if fits is not None:
-        try:
-            fits(env, repr(spec.env))
-        except ConfigError:
-            env.close()
-            raise
     seeds = [spec.hyperparameters.seed + 2_000_003 + k for k in range(episodes)]
     try:
+        if fits is not None:
+            fits(env, repr(spec.env))
         limit, counts = evaluation_step_limit(env), {"cut": 0}
         returns = episode_returns(env, act, seeds, limit, counts=counts)
     finally:

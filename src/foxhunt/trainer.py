@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -622,11 +622,12 @@ class DQNTrainer:
         return metrics
 
     # --- collection
-    def _env_failed(self, exc: Exception, when: str) -> EnvironmentStepError | None:
-        """An error out of the envs' reset or step that breaks Gymnasium's env API, as one line
-        naming the env step and what the API asks for; None for any other error, which is the
-        env's own and keeps its traceback. (Gymnasium's stacking of the sub-envs' observations
-        says "Output array is the wrong shape", with no word of the space or the step.)"""
+    def _raise_env_error(self, exc: Exception, when: str) -> NoReturn:
+        """Raise an error out of the envs' reset or step that breaks Gymnasium's env API as one
+        line naming the env step and what the API asks for; any other error is the env's own
+        and is raised as it is, with its traceback. (Gymnasium's stacking of the sub-envs'
+        observations says "Output array is the wrong shape", with no word of the space or the
+        step.)"""
         message = first_line(exc)
         if isinstance(exc, ValueError) and "values to unpack" in message:
             hint = (
@@ -641,11 +642,11 @@ class DQNTrainer:
         elif isinstance(exc, gym.error.Error):  # a missing dependency (render_mode=human) ...
             hint = "raised by Gymnasium: check the env's settings, env_kwargs"
         else:
-            return None
-        return EnvironmentStepError(
+            raise exc
+        raise EnvironmentStepError(
             f"environment {when} failed at env step {self.env_steps}: "
             f"{type(exc).__name__}: {message} ({hint})"
-        )
+        ) from exc
 
     def _reset_envs(self) -> None:
         try:
@@ -654,10 +655,7 @@ class DQNTrainer:
         except FoxhuntError:
             raise
         except (ValueError, TypeError, gym.error.Error) as exc:
-            failed = self._env_failed(exc, "reset")
-            if failed is None:
-                raise
-            raise failed from exc
+            self._raise_env_error(exc, "reset")
         self.health.check_env_step(self._obs, np.zeros(self.hp.n_envs), self.env_steps)
 
     def collect_step(self) -> None:
@@ -686,10 +684,7 @@ class DQNTrainer:
         except FoxhuntError:
             raise
         except (ValueError, TypeError, gym.error.Error) as exc:
-            failed = self._env_failed(exc, "step")
-            if failed is None:
-                raise
-            raise failed from exc
+            self._raise_env_error(exc, "step")
         self.health.check_env_step(real_next, rewards, self.env_steps + hp.n_envs)
         if any_ended:  # the autoreset observations start the next episodes: check them too
             self.health.check_env_step(next_obs, rewards, self.env_steps + hp.n_envs)
