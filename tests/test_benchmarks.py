@@ -300,3 +300,17 @@ def test_classic_control_smoke(tmp_path: Path) -> None:
         ratio = out["ratios"][f"{env}_foxhunt_classic_vs_sb3_zoo_wall_time"]
         classic, zoo = rows[(env, "foxhunt classic")], rows[(env, "sb3 zoo")]
         assert ratio == pytest.approx(classic["median_train_wall_s"] / zoo["median_train_wall_s"])
+
+
+def test_replay_memory_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    out = _run("replay_memory", tmp_path)
+    (r,) = out["results"]
+    assert r["foxhunt_obs_dtype"] == "torch.uint8"
+    b = r["bytes_per_transition"]
+    frame = 4 * 84 * 84
+    # Two uint8 frames a transition plus action (8), reward, done and discount (4 each).
+    assert b["foxhunt"] == 2 * frame + 8 + 3 * 4
+    assert b["float32_obs_storage"] == 2 * frame * 4 + 20
+    assert out["ratios"]["foxhunt_vs_sb3_bytes_per_transition"] == b["foxhunt"] / b["sb3"]
+    assert set(r["sample_ms_median"]) == {"foxhunt", "sb3", "sb3_float"}

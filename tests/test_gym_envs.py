@@ -7,6 +7,7 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from foxhunt.config import DQNHyperparameters
 from foxhunt.envs.gym_envs import OneHotObservation, make_gym_env
@@ -252,10 +253,10 @@ def test_image_observations_act_evaluate_save_and_load(tmp_path) -> None:  # typ
         with pytest.raises(ValueError, match=r"shape \(3, 4, 4\).*got: \(4, 4\)"):
             agent.act(one[0])
         # 0-255 pixels reach the network as [0, 1] (as 0-255, an MLP's first Q-values ran
-        # into the hundreds and the divergence monitor stopped the run): replay holds the
+        # into the hundreds and the divergence monitor stopped the run): replay hands out the
         # scaled values, and predict() takes the env's own uint8 observation.
         assert agent.env_interface.scale == pytest.approx(1 / 255)
-        stored = trainer.replay.obs[: trainer.replay.size]
+        stored = trainer.replay.sample(32).obs
         assert float(stored.max()) <= 1.0 and float(stored.max()) > 0.5
         scaled = batch.astype(np.float32) * np.float32(1 / 255)
         np.testing.assert_array_equal(agent.predict(batch), agent.act(scaled))
@@ -267,6 +268,86 @@ def test_image_observations_act_evaluate_save_and_load(tmp_path) -> None:  # typ
     assert loaded.env_interface == agent.env_interface
     np.testing.assert_array_equal(loaded.greedy_actions(batch), agent.greedy_actions(batch))
     np.testing.assert_array_equal(loaded.predict(batch), agent.predict(batch))
+
+
+class _ScaledImage(_Image):
+    """_Image's pixels as PixelObservation would give them: float32 in [0, 1]."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (3, 4, 4), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        obs, info = super().reset(seed=seed, options=options)
+        return obs.astype(np.float32) * np.float32(1 / 255), info
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        obs, *rest = super().step(action)
+        return obs.astype(np.float32) * np.float32(1 / 255), *rest
+
+
+def test_pixel_replay_stores_uint8_and_trains_bit_for_bit_as_float32_storage() -> None:
+    """Replay keeps 0-255 pixels as uint8 (a quarter of the memory); training is the same to the
+    last bit as with the same pixels handed over already scaled, which replay stores as float32
+    (prioritized replay, 3-step returns, two envs)."""
+    from foxhunt.trainer import DQNTrainer
+
+    hp = _hp(prioritized_replay=True, n_step=3, n_envs=2, buffer_capacity=64, seed=4)
+    runs = {}
+    for env in (_Image, _ScaledImage):
+        trainer = DQNTrainer(hp, env)
+        try:
+            trainer.learn(120)
+            runs[env] = (trainer.replay, list(trainer.agent.online_net.parameters()))
+        finally:
+            trainer.close()
+    (pix, pix_params), (flt, flt_params) = runs[_Image], runs[_ScaledImage]
+    assert pix.obs.dtype == torch.uint8 and flt.obs.dtype == torch.float32
+    assert pix.nbytes < flt.nbytes * 0.3
+    assert pix.size == flt.size == 64  # wrapped around
+    for a, b in zip(pix_params, flt_params, strict=True):
+        assert torch.equal(a, b)
+
+
+class _StatefulImage(_Image):
+    """_Image whose mid-episode state a checkpoint captures (the opt-in of foxhunt.envstate)."""
+
+    def get_state(self) -> dict:
+        return {"t": getattr(self, "t", 0), "rng": self.np_random.bit_generator.state}
+
+    def set_state(self, state: dict) -> None:
+        self.t = state["t"]
+        self.np_random.bit_generator.state = state["rng"]
+
+
+@pytest.mark.parametrize("saved_as", ["uint8", "float32"])
+def test_a_pixel_run_resumes_exactly_from_either_replay_storage(saved_as: str) -> None:
+    """A checkpoint resumes bit for bit, also one written when replay kept pixels as float32:
+    its scaled values load into the uint8 levels and pass the round-trip check."""
+    from foxhunt.trainer import capture_state, restore_state
+
+    hp = _hp(prioritized_replay=True, n_step=3, n_envs=2, buffer_capacity=64, seed=4)
+    straight, resumed = DQNTrainer(hp, _StatefulImage), DQNTrainer(hp, _StatefulImage)
+    try:
+        straight.learn(60)
+        tensors, state = capture_state(straight)
+        tensors = {k: v.clone() for k, v in tensors.items()}
+        assert tensors["replay.obs"].dtype == torch.uint8
+        if saved_as == "float32":
+            for key in ("replay.obs", "replay.next_obs"):
+                tensors[key] = tensors[key].float() * np.float32(1 / 255)
+        restore_state(resumed, tensors, state)
+        assert torch.equal(resumed.replay.obs, straight.replay.obs)
+        straight.learn(120)
+        resumed.learn(120)
+        pairs = zip(
+            straight.agent.online_net.parameters(),
+            resumed.agent.online_net.parameters(),
+            strict=True,
+        )
+        for a, b in pairs:
+            assert torch.equal(a, b)
+    finally:
+        straight.close()
+        resumed.close()
 
 
 def test_a_cut_off_evaluation_episode_is_warned(caplog: pytest.LogCaptureFixture) -> None:

@@ -269,3 +269,62 @@ def test_buffers_refuse_settings_they_cannot_honour() -> None:
     ):
         with pytest.raises(ConfigError, match=needle):
             make()
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_pixel_observations_are_stored_as_uint8_levels_and_gathered_bit_for_bit(
+    prioritized: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scaled pixels (PixelObservation's level * float32(1/255)) cost a quarter of the memory
+    and come back as exactly the float32 values the env gave; a checkpoint of the float32 era
+    loads into the uint8 storage unchanged; a value that is no level turns storage back into
+    float32 without losing anything."""
+    from foxhunt.envs.gym_envs import PIXEL_SCALE
+
+    rng = np.random.default_rng(0)
+    levels = rng.integers(0, 256, (20, 2, 3), dtype=np.uint8)
+    levels[0] = 0
+    levels[1] = 255
+    scaled = levels.astype(np.float32) * np.float32(PIXEL_SCALE)  # the wrapper's arithmetic
+    kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+    pix = kind(32, (2, 3), obs_scale=PIXEL_SCALE, seed=0)
+    flt = kind(32, (2, 3), seed=0)
+    for buf in (pix, flt):
+        for lo in range(0, 20, 6):  # chunks, as vector envs add them
+            sl = slice(lo, lo + 6)
+            k = len(levels[sl])
+            buf.add(scaled[sl], np.zeros(k), np.ones(k), scaled[sl][::-1], np.zeros(k), np.ones(k))
+    assert pix.obs.dtype == torch.uint8
+    np.testing.assert_array_equal(pix.obs[:20].numpy(), levels)
+    obs_bytes = 2 * 32 * 6  # obs and next_obs, 32 rows of 6 entries
+    assert flt.nbytes - pix.nbytes == 3 * obs_bytes  # 4 bytes an entry down to 1
+    a, b = pix.sample(64), flt.sample(64)
+    assert a.obs.dtype == torch.float32
+    assert torch.equal(a.indices, b.indices)
+    assert torch.equal(a.obs, b.obs) and torch.equal(a.next_obs, b.next_obs)  # bit for bit
+    # A checkpoint written while replay stored floats (flt's tensors) resumes the same.
+    old = flt.state_tensors()
+    assert old["replay.obs"].dtype == torch.float32
+    restored = kind(32, (2, 3), obs_scale=PIXEL_SCALE, seed=5)
+    restored.load_state(old, flt.state_json())
+    assert torch.equal(restored.obs, pix.obs) and torch.equal(restored.next_obs, pix.next_obs)
+    mine = kind(32, (2, 3), obs_scale=PIXEL_SCALE, seed=5)
+    mine.load_state(pix.state_tensors(), pix.state_json())
+    assert torch.equal(mine.sample(16).obs, restored.sample(16).obs)
+    # A value that is no level (a wrapper changed the pixels after scaling): replay keeps
+    # floats from then on, with every value it holds unchanged.
+    bad = scaled[:2].copy()
+    bad[1, 0, 1] = 0.5
+    with caplog.at_level("WARNING", logger="foxhunt.replay.uniform"):
+        pix.add(scaled[:2], np.zeros(2), np.ones(2), bad, np.zeros(2), np.ones(2))
+    assert "float32 from now on" in caplog.text and "value 0.5 is not" in caplog.text
+    assert pix.obs.dtype == torch.float32 and pix.obs_scale is None
+    flt.add(scaled[:2], np.zeros(2), np.ones(2), bad, np.zeros(2), np.ones(2))
+    assert torch.equal(pix.obs, flt.obs) and torch.equal(pix.next_obs, flt.next_obs)
+    assert torch.equal(pix.next_obs[21, 0, 1], torch.tensor(0.5))
+    # Its checkpoint resumes into a fresh (uint8) buffer as floats again.
+    again = kind(32, (2, 3), obs_scale=PIXEL_SCALE, seed=5)
+    with caplog.at_level("WARNING", logger="foxhunt.replay.uniform"):
+        again.load_state(pix.state_tensors(), pix.state_json())
+    assert again.obs.dtype == torch.float32
+    assert torch.equal(again.next_obs, pix.next_obs)

@@ -394,10 +394,15 @@ class DQNTrainer:
             self.agent.enable_data_parallel(device_ids=ids)
         replay_device = self.device if hp.replay_on_device else torch.device("cpu")
         obs_shape = tuple(obs_space.shape)
+        # Pixels are stored as their uint8 levels (a quarter of the memory, the same values).
+        obs_scale = self.agent.env_interface.scale
+        if obs_space != gym.spaces.Box(0.0, 1.0, obs_space.shape, np.float32):
+            obs_scale = None  # a wrapper reshaped the scaled pixels: store what it gives
         if hp.prioritized_replay:
             self.replay: ReplayBuffer = PrioritizedReplayBuffer(
                 hp.buffer_capacity,
                 obs_shape,
+                obs_scale=obs_scale,
                 alpha=hp.per_alpha,
                 eps=hp.per_eps,
                 device=replay_device,
@@ -407,6 +412,7 @@ class DQNTrainer:
             self.replay = ReplayBuffer(
                 hp.buffer_capacity,
                 obs_shape,
+                obs_scale=obs_scale,
                 device=replay_device,
                 seed=hp.seed + 7 * self.dist.rank,
             )
@@ -1578,6 +1584,9 @@ def _check_round_trip(
         if key not in tensors:
             raise CheckpointError(f"checkpoint is missing tensor {key!r}")
         a, b = tensors[key], again[key]
+        scale = trainer.replay.obs_scale
+        if key in ("replay.obs", "replay.next_obs") and scale is not None and a.is_floating_point():
+            b = trainer.replay.decode_obs(b)  # saved when replay kept pixels as float32
         if a.dtype != b.dtype or a.shape != b.shape:
             raise CheckpointError(
                 f"checkpoint tensor {key!r} is {a.dtype} {tuple(a.shape)}, "

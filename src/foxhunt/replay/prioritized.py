@@ -31,10 +31,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         alpha: float = 0.6,
         eps: float = 1e-6,
         obs_dtype: torch.dtype = torch.float32,
+        obs_scale: float | None = None,
         device: torch.device | str = "cpu",
         seed: int = 0,
     ) -> None:
-        super().__init__(capacity, obs_shape, obs_dtype=obs_dtype, device=device, seed=seed)
+        super().__init__(
+            capacity, obs_shape, obs_dtype=obs_dtype, obs_scale=obs_scale, device=device, seed=seed
+        )
         for name, value in (("alpha", alpha), ("eps", eps)):
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             if not (ok and math.isfinite(value) and value >= 0):

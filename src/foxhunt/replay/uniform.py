@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -9,6 +11,8 @@ import torch
 
 from foxhunt.batch import Batch
 from foxhunt.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -33,15 +37,26 @@ class ReplayBuffer:
         obs_shape: tuple[int, ...],
         *,
         obs_dtype: torch.dtype = torch.float32,
+        obs_scale: float | None = None,
         device: torch.device | str = "cpu",
         seed: int = 0,
     ) -> None:
+        """``obs_scale``: the observations are 0-255 levels times this factor (pixels that
+        :class:`~foxhunt.envs.gym_envs.PixelObservation` scaled to [0, 1]); they are then stored
+        as uint8 levels, a quarter of float32's memory (replay dominates an image agent's
+        memory), and gathered back as the identical float32 values."""
         if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or capacity < 1:
             raise ConfigError(f"capacity must be a positive integer, got: {capacity!r}")
         self.capacity = int(capacity)
         self.obs_shape = tuple(obs_shape)
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
+        self.obs_scale = None if obs_scale is None else float(obs_scale)
+        if self.obs_scale is not None:
+            if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
+                raise ConfigError(f"obs_scale must be a finite number > 0, got: {obs_scale!r}")
+            obs_dtype = torch.uint8
+            self._scale = torch.tensor(self.obs_scale, dtype=torch.float32, device=self.device)
         kw: dict[str, Any] = dict(device=self.device)
         try:
             self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
@@ -101,6 +116,12 @@ class ReplayBuffer:
         if k == 0:
             return np.zeros(0, dtype=np.int64)
         slots = (self.pos + np.arange(k)) % self.capacity
+        if self.obs_scale is not None:
+            obs_levels, next_levels = self.encode_obs(obs), self.encode_obs(next_obs)
+            if obs_levels is None or next_levels is None:
+                self._store_floats(obs if obs_levels is None else next_obs)
+            else:
+                obs, next_obs = obs_levels, next_levels
         values = (obs, next_obs, actions, rewards, dones, discounts)
         if self.device.type == "cpu":
             # CPU storage: write through NumPy views of the tensors (no per-field tensor copies),
@@ -120,14 +141,51 @@ class ReplayBuffer:
         self.size = int(min(self.size + k, self.capacity))
         return slots
 
+    def encode_obs(self, values: np.ndarray) -> np.ndarray | None:
+        """Scaled observations back to their uint8 levels, or None when some value is not a
+        level (exact: a level times the scale is within far less than half a level of it)."""
+        assert self.obs_scale is not None
+        raw = np.asarray(values, dtype=np.float64) / self.obs_scale
+        levels = np.rint(raw)
+        if not (np.abs(raw - levels) <= 1e-3).all() or not ((levels >= 0) & (levels <= 255)).all():
+            return None
+        return levels.astype(np.uint8)
+
+    def _store_floats(self, example: np.ndarray) -> None:
+        """Turn uint8 storage back into float32 for good (values kept): a wrapper after the
+        pixel scaling handed over values that are no 0-255 levels."""
+        assert self.obs_scale is not None
+        raw = np.asarray(example, dtype=np.float64).ravel()
+        levels = np.rint(raw / self.obs_scale)
+        bad = raw[
+            ~((np.abs(raw / self.obs_scale - levels) <= 1e-3) & (levels >= 0) & (levels <= 255))
+        ]
+        log.warning(
+            "replay stores observations as float32 from now on (4x the memory): observation "
+            "value %g is not a 0-255 pixel level times %g (a wrapper changed the scaled pixels)",
+            float(bad[0]) if bad.size else float("nan"),
+            self.obs_scale,
+        )
+        self.obs = self.decode_obs(self.obs)
+        self.next_obs = self.decode_obs(self.next_obs)
+        self.obs_scale = None
+        if self.device.type == "cpu":
+            self._np_views = [t.numpy() for t in self._storage().values()]
+
+    def decode_obs(self, levels: torch.Tensor) -> torch.Tensor:
+        """Stored observations as the float32 values the env gave (the wrapper's arithmetic)."""
+        if self.obs_scale is None:
+            return levels
+        return levels.to(torch.float32).mul_(self._scale)
+
     def gather(self, slots: np.ndarray, weights: torch.Tensor | None = None) -> Batch:
         """The transitions stored in ``slots`` as a Batch (one ``index_select`` per field)."""
         idx = torch.from_numpy(np.ascontiguousarray(slots)).to(self.device)
         return Batch(
-            obs=self.obs.index_select(0, idx),
+            obs=self.decode_obs(self.obs.index_select(0, idx)),
             actions=self.actions.index_select(0, idx),
             rewards=self.rewards.index_select(0, idx),
-            next_obs=self.next_obs.index_select(0, idx),
+            next_obs=self.decode_obs(self.next_obs.index_select(0, idx)),
             dones=self.dones.index_select(0, idx),
             discounts=self.discounts.index_select(0, idx),
             weights=weights,
@@ -174,6 +232,12 @@ class ReplayBuffer:
                     f"replay.{k} has shape {tuple(src.shape)}, expected {n} rows "
                     f"of {tuple(v.shape[1:])}"
                 )
+            if self.obs_scale is not None and k in ("obs", "next_obs") and src.is_floating_point():
+                levels = self.encode_obs(src.numpy())  # saved before uint8 storage, or after
+                if levels is None:  # _store_floats
+                    self._store_floats(src.numpy())
+                    return self.load_state(tensors, state)
+                src = torch.from_numpy(levels)
             v[:n] = src.to(v.device, v.dtype)
         self.pos, self.size = int(state["pos"]), n
         self.rng.bit_generator.state = state["rng"]
