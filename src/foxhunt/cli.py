@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import signal
@@ -537,6 +538,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError(f"--out must be a file path, got a directory: {out}")
+    if args.out.endswith(("/", os.sep)):  # Path() drops the slash: "x.csv/" would write x.csv
+        raise ConfigError(f"--out must be a file path, got a directory path: {args.out}")
     if out.exists() and not args.force:
         raise ConfigError(f"--out already exists: {out} (choose another path, or --force)")
     if args.bars is not None and args.bars < 2:  # the config would name its field, n_bars
