@@ -99,7 +99,8 @@ def kill_when(proc: subprocess.Popen, ready, deadline: float = 120.0) -> bool:
 def assert_loadable(run_dir: Path) -> int:
     """load_latest works and its state restores into a fresh trainer; returns its step."""
     from foxhunt.runs import load_spec, make_envs
-    from foxhunt.trainer import DQNTrainer, restore_state
+    from foxhunt.trainer import DQNTrainer
+    from foxhunt.trainstate import restore_state
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CheckpointWarning)  # e.g. a pointer to a pruned dir

@@ -322,7 +322,7 @@ class _StatefulImage(_Image):
 def test_a_pixel_run_resumes_exactly_from_either_replay_storage(saved_as: str) -> None:
     """A checkpoint resumes bit for bit, also one written when replay kept pixels as float32:
     its scaled values load into the uint8 levels and pass the round-trip check."""
-    from foxhunt.trainer import capture_state, restore_state
+    from foxhunt.trainstate import capture_state, restore_state
 
     hp = _hp(prioritized_replay=True, n_step=3, n_envs=2, buffer_capacity=64, seed=4)
     straight, resumed = DQNTrainer(hp, _StatefulImage), DQNTrainer(hp, _StatefulImage)

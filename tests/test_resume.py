@@ -169,7 +169,8 @@ def test_refused_checkpoint_leaves_a_trained_trainer_bit_for_bit_unchanged() -> 
     """
     from foxhunt.config import DQNHyperparameters
     from foxhunt.errors import CheckpointError
-    from foxhunt.trainer import DQNTrainer, capture_state, restore_state
+    from foxhunt.trainer import DQNTrainer
+    from foxhunt.trainstate import capture_state, restore_state
 
     torch.set_num_threads(1)
     hp = DQNHyperparameters(
@@ -229,7 +230,7 @@ def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> N
     import json
 
     from foxhunt.errors import CheckpointError
-    from foxhunt.trainer import capture_state, restore_state
+    from foxhunt.trainstate import capture_state, restore_state
 
     trainer = _small_cartpole_trainer()
     try:
@@ -253,7 +254,7 @@ def test_checkpoints_hold_nn_linear_layout_for_an_input_major_first_layer() -> N
     layout existed do, and a restore puts them back in the parameter's own storage layout (the
     fused Adam kernel reads parameter and state as flat memory, so they must match)."""
     from foxhunt.networks import InputMajorLinear
-    from foxhunt.trainer import capture_state, restore_state
+    from foxhunt.trainstate import capture_state, restore_state
 
     trainer = _small_cartpole_trainer()
     try:

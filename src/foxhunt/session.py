@@ -40,11 +40,10 @@ from foxhunt.runs import (
 from foxhunt.trainer import (
     NO_STEP_LIMIT,
     DQNTrainer,
-    capture_state,
     episode_returns,
     evaluation_step_limit,
-    restore_state,
 )
+from foxhunt.trainstate import capture_state, restore_state
 
 if TYPE_CHECKING:
     from foxhunt.logging import MetricLogger
