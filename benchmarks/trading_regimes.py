@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from foxhunt.config import parse_override
 from foxhunt.runs import build_spec
 from foxhunt.session import evaluate_run, run_training
 
@@ -30,10 +31,16 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def run_one(
-    seed: int, variant: str, steps: int | None, smoke: bool, root: Path, market_seed: int = 0
+    seed: int,
+    variant: str,
+    steps: int | None,
+    smoke: bool,
+    root: Path,
+    market_seed: int = 0,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     torch.set_num_threads(1)
-    overrides: dict[str, Any] = {"market.synthetic_seed": market_seed}
+    overrides: dict[str, Any] = {"market.synthetic_seed": market_seed, **(settings or {})}
     if variant == "plain_dqn":
         overrides["regime_conditional"] = False
     if smoke:
@@ -134,8 +141,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=[0],
         help="synthetic markets to run on (default: 0, the default market)",
     )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for both agents, as `foxhunt train --set` takes it; repeatable",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
+    settings = dict(parse_override(item) for item in args.settings)
     torch.set_num_threads(1)
     steps = 600 if args.smoke else args.steps
     seeds = args.seeds[:1] if args.smoke else args.seeds
@@ -148,10 +164,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
             with mp.get_context("spawn").Pool(args.jobs) as pool:
                 rows = pool.starmap(
-                    run_one, [(s, v, steps, args.smoke, Path(tmp), m) for m, s, v in jobs]
+                    run_one,
+                    [(s, v, steps, args.smoke, Path(tmp), m, settings) for m, s, v in jobs],
                 )
         else:
-            rows = [run_one(s, v, steps, args.smoke, Path(tmp), m) for m, s, v in jobs]
+            rows = [run_one(s, v, steps, args.smoke, Path(tmp), m, settings) for m, s, v in jobs]
     for row in rows:
         print(json.dumps(row), flush=True)
     result = {
@@ -159,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "smoke": args.smoke,
         "rows": rows,
         "market_seeds": markets,
+        "settings": settings,
         "mean": summarise(rows),
         "paired": paired(rows),
     }

@@ -209,14 +209,16 @@ def test_md_table_formats_rows() -> None:
     assert table.splitlines() == ["| a | b |", "|---|---|", "| 1 | 0.123 |", "| x | 12346 |"]
 
 
-def test_trading_regimes_smoke(tmp_path: Path) -> None:
+@pytest.mark.parametrize("settings", [[], ["--set", "action_augmentation=true"]])
+def test_trading_regimes_smoke(tmp_path: Path, settings: list[str]) -> None:
     """The issue-4 benchmark: both agents and the baselines, in its own (row-based) format."""
     module = importlib.import_module("trading_regimes")
     out = tmp_path / "trading_regimes.json"
-    returned = module.main(["--smoke", "--out", str(out)])
+    returned = module.main(["--smoke", "--out", str(out), *settings])
     written = json.loads(out.read_text())
     assert written == json.loads(json.dumps(returned))
     assert written["benchmark"] == "trading_regimes" and written["smoke"] is True
+    assert written["settings"] == ({"action_augmentation": True} if settings else {})
     assert {r["variant"] for r in written["rows"]} == {"regime_conditional", "plain_dqn"}
     for row in written["rows"]:
         for key in (

@@ -264,8 +264,9 @@ class DQNHyperparameters(BaseModel):
     action_augmentation: bool = False
     """Also store the transitions of the actions not taken, for environments the agent's actions
     cannot influence (TradingEnv: the same market move with another position and cost). Trains
-    every action's value on each step; needs an env with ``counterfactual_transitions`` (and, for
-    n_step > 1, ``counterfactual_reward_shift``)."""
+    every action's value on each step; needs an env with ``counterfactual_transitions``. The
+    alternatives are stored as one-step transitions whatever ``n_step`` is (see
+    :class:`~foxhunt.replay.NStepAccumulator`)."""
 
     # --- system
     n_envs: Annotated[int, Strict(), Field(gt=0, le=4096)] = 1

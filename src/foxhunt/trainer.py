@@ -415,8 +415,7 @@ class DQNTrainer:
                 seed=hp.seed + 7 * self.dist.rank,
             )
         self._warn_memory()
-        shift = self._reward_shift if self._counterfactual_envs is not None else None
-        self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs, shift)
+        self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs)
         self.health = HealthMonitor(hp)
         # Loop state (all checkpointed).
         self.env_steps = 0
@@ -494,16 +493,12 @@ class DQNTrainer:
                 "(the counterfactuals are computed by the env objects in this process)"
             )
         envs = [e.unwrapped for e in subs]
-        needed = ["counterfactual_transitions"]
-        if self.hp.n_step > 1:
-            needed.append("counterfactual_reward_shift")
-        for name in needed:
-            if not all(hasattr(e, name) for e in envs):
-                raise ConfigError(
-                    "action_augmentation must be false for this environment, got: true "
-                    f"({type(envs[0]).__name__} has no {name}; the actions not taken have "
-                    "unknown outcomes)"
-                )
+        if not all(hasattr(e, "counterfactual_transitions") for e in envs):
+            raise ConfigError(
+                "action_augmentation must be false for this environment, got: true "
+                f"({type(envs[0]).__name__} has no counterfactual_transitions; the actions not "
+                "taken have unknown outcomes)"
+            )
         for env in subs:  # the counterfactuals come from the bare env: nothing may reshape it
             layer = env
             while isinstance(layer, gym.Wrapper):
@@ -542,11 +537,6 @@ class DQNTrainer:
                 )
             )
         return out
-
-    def _reward_shift(self, i: int, alt: int, taken: int, following: int, reward: float) -> float:
-        assert self._counterfactual_envs is not None
-        env = self._counterfactual_envs[i]
-        return float(env.counterfactual_reward_shift(alt, taken, following, reward))
 
     # --- one optimizer step
     def train_step(self) -> dict[str, float]:

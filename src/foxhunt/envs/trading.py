@@ -442,18 +442,3 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
         # eval_mode) ends the alternatives too.
         data_end = bool(terminated) and not bool(info.get("bankrupt", False))
         return others, rewards.astype(np.float64), nxt, bankrupt | data_end
-
-    def counterfactual_reward_shift(
-        self, alt_action: int, taken_action: int, next_action: int, next_reward: float
-    ) -> float:
-        """How the reward of the step after ``alt_action`` would differ from ``next_reward``,
-        recorded after ``taken_action``: only the cost of reaching ``next_action``'s position
-        changes (for n-step counterfactual returns). A bankrupt step stays bankrupt."""
-        if next_reward == BANKRUPTCY_REWARD:
-            return 0.0
-        p = self.positions
-        keep_alt = 1.0 - abs(p[next_action] - p[alt_action]) * self._cost_rate
-        keep_taken = 1.0 - abs(p[next_action] - p[taken_action]) * self._cost_rate
-        if keep_alt <= 0.0 or keep_taken <= 0.0:  # costs alone wipe the account out
-            return 0.0
-        return math.log(keep_alt) - math.log(keep_taken)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,12 +30,6 @@ class Counterfactuals(NamedTuple):
     dones: np.ndarray  # [k] bool: the alternative itself terminated (e.g. went bankrupt)
 
 
-RewardShift = Callable[[int, int, int, int, float], float]
-"""``shift(env_index, alt_action, taken_action, next_action, next_reward)``: how the reward of the
-step after an alternative differs from the recorded ``next_reward`` (TradingEnv: the cost of
-moving from the alternative position instead of the taken one)."""
-
-
 class NStepAccumulator:
     """Turns one-step experience into n-step transitions (Sutton & Barto Eq. 7.1).
 
@@ -45,17 +39,15 @@ class NStepAccumulator:
     from the final observation, because the time limit is not part of the MDP.
 
     With ``counterfactuals`` (action augmentation) each step also carries the one-step outcomes of
-    the actions not taken; each becomes an n-step transition too: its own first reward, then the
-    recorded rewards of the steps that followed (the first of them corrected by ``reward_shift``),
-    bootstrapped from the same observation. An alternative that ends its own episode at once (or a
-    window of one step) is stored as its one-step transition.
+    the actions not taken, stored as one-step transitions beside the real n-step one (emitted with
+    it). Not as n-step ones: the rewards after an alternative would be those of the actions the
+    behaviour policy chose while holding the *taken* position, which pay to switch back (for a
+    trading agent that holds its position, about one switching cost per alternative: as large as
+    the per-bar edge it learns from). Measured on the default synthetic market (BENCHMARKS §6).
     """
 
-    def __init__(
-        self, n: int, gamma: float, n_envs: int, reward_shift: RewardShift | None = None
-    ) -> None:
+    def __init__(self, n: int, gamma: float, n_envs: int) -> None:
         self.n, self.gamma, self.n_envs = int(n), float(gamma), int(n_envs)
-        self.reward_shift = reward_shift
         self.queues: list[deque[tuple[np.ndarray, int, float, Counterfactuals | None]]] = [
             deque() for _ in range(n_envs)
         ]
@@ -93,32 +85,22 @@ class NStepAccumulator:
             ended = bool(terminated[i] or truncated[i])
             if len(q) == self.n or ended:
                 while q:
-                    out.append(self._emit(i, q, next_obs[i], float(terminated[i])))
+                    out.append(self._emit(q, next_obs[i], float(terminated[i])))
                     q.popleft()
                     if not ended:
                         break
         return _stack(out, obs)
 
-    def _emit(self, i: int, q: deque[Any], next_obs: np.ndarray, done: float) -> Transitions:
+    def _emit(self, q: deque[Any], next_obs: np.ndarray, done: float) -> Transitions:
         """The n-step transition starting at ``q[0]`` (and those of its counterfactuals)."""
         ret = 0.0
-        tail = 0.0  # g r_{t+1} + g^2 r_{t+2} + ...: what an alternative first action shares
         for k, (_, _, r, _) in enumerate(q):
             ret += (self.gamma**k) * r
-            if k:
-                tail += (self.gamma**k) * r
         o, a, _, cf = q[0]
-        m = len(q)
-        rows = [(o, a, ret, next_obs, done, self.gamma**m)]
+        rows = [(o, a, ret, next_obs, done, self.gamma ** len(q))]
         if cf is not None:
             for alt, r_alt, nxt_alt, d_alt in zip(*cf, strict=True):
-                if m == 1 or d_alt:
-                    rows.append((o, int(alt), float(r_alt), nxt_alt, float(d_alt), self.gamma))
-                    continue
-                assert self.reward_shift is not None
-                shift = self.reward_shift(i, int(alt), a, q[1][1], q[1][2])
-                ret = float(r_alt) + tail + self.gamma * shift
-                rows.append((o, int(alt), ret, next_obs, done, self.gamma**m))
+                rows.append((o, int(alt), float(r_alt), nxt_alt, float(d_alt), self.gamma))
         oo, aa, rr, nn, dd, gg = zip(*rows, strict=True)
         return Transitions(
             np.stack(oo),
