@@ -328,3 +328,58 @@ def test_pixel_observations_are_stored_as_uint8_levels_and_gathered_bit_for_bit(
         again.load_state(pix.state_tensors(), pix.state_json())
     assert again.obs.dtype == torch.float32
     assert torch.equal(again.next_obs, pix.next_obs)
+
+
+def test_pixel_storage_keeps_every_value_that_is_not_exactly_a_level() -> None:
+    """Only values that are bit for bit a level times float32(1/255) become levels. Near
+    misses (L/255 rounded from float64, one ulp above a level, -0.0), which a wrapper after
+    the scaling can produce, turn storage back into float32 and come back unchanged."""
+    from foxhunt.envs.gym_envs import PIXEL_SCALE
+
+    levels = np.arange(256, dtype=np.uint8).reshape(64, 4)
+    exact = levels.astype(np.float32) * np.float32(PIXEL_SCALE)
+    divided = (levels / 255.0).astype(np.float32)
+    assert not np.array_equal(divided, exact)  # the two roundings differ for some levels
+    ulp = np.nextafter(exact, np.float32(2))
+    negzero = np.full((64, 4), -0.0, np.float32)
+    for near in (divided, ulp, negzero):
+        buf = ReplayBuffer(128, (4,), obs_scale=PIXEL_SCALE, seed=0)
+        buf.add(exact, np.zeros(64), np.zeros(64), exact, np.zeros(64), np.ones(64))
+        assert buf.obs.dtype == torch.uint8
+        buf.add(near, np.zeros(64), np.zeros(64), exact, np.zeros(64), np.ones(64))
+        assert buf.obs.dtype == torch.float32
+        got = buf.gather(np.arange(128)).obs.numpy()
+        np.testing.assert_array_equal(got.view(np.uint32)[:64], exact.view(np.uint32))
+        np.testing.assert_array_equal(got.view(np.uint32)[64:], near.view(np.uint32))
+
+
+def test_pixel_storage_mode_follows_the_checkpoint_and_back() -> None:
+    """load_state takes the storage mode the checkpoint holds: float32 from a run that had
+    switched, uint8 levels again from one that had not (a failed restore rolls back by
+    loading the earlier state, which must bring the levels back, not write them unscaled)."""
+    from foxhunt.envs.gym_envs import PIXEL_SCALE
+
+    rng = np.random.default_rng(1)
+    exact = rng.integers(0, 256, (20, 4)).astype(np.float32) * np.float32(PIXEL_SCALE)
+    buf = ReplayBuffer(32, (4,), obs_scale=PIXEL_SCALE, seed=0)
+    buf.add(exact, np.zeros(20), np.zeros(20), exact, np.zeros(20), np.ones(20))
+    saved = {k: v.clone() for k, v in buf.state_tensors().items()}
+    saved_json = json.loads(json.dumps(buf.state_json()))
+    before = buf.gather(np.arange(20))
+    switched = dict(saved)
+    floats = exact.copy()
+    floats[3, 1] = 0.5001
+    switched["replay.obs"] = torch.from_numpy(floats)
+    switched["replay.next_obs"] = saved["replay.next_obs"].float() * np.float32(PIXEL_SCALE)
+    buf.load_state(switched, saved_json)
+    assert buf.obs.dtype == torch.float32 and buf.obs_scale is None
+    np.testing.assert_array_equal(buf.gather(np.arange(20)).obs.numpy(), floats)
+    np.testing.assert_array_equal(buf.gather(np.arange(20)).next_obs.numpy(), exact)
+    mixed = dict(saved)
+    mixed["replay.obs"] = torch.from_numpy(floats)  # levels beside floats: values kept
+    buf.load_state(mixed, saved_json)
+    np.testing.assert_array_equal(buf.gather(np.arange(20)).next_obs.numpy(), exact)
+    buf.load_state(saved, saved_json)  # the rollback
+    assert buf.obs.dtype == torch.uint8 and buf.obs_scale == PIXEL_SCALE
+    after = buf.gather(np.arange(20))
+    assert torch.equal(after.obs, before.obs) and torch.equal(after.next_obs, before.next_obs)

@@ -538,7 +538,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError(f"--out must be a file path, got a directory: {out}")
-    if args.out.endswith(("/", os.sep)):  # Path() drops the slash: "x.csv/" would write x.csv
+    if os.path.basename(args.out) != out.name:  # Path() drops "x.csv/"'s slash, "x.csv/."'s dot
         raise ConfigError(f"--out must be a file path, got a directory path: {args.out}")
     if out.exists() and not args.force:
         raise ConfigError(f"--out already exists: {out} (choose another path, or --force)")

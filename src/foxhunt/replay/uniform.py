@@ -51,12 +51,19 @@ class ReplayBuffer:
         self.obs_shape = tuple(obs_shape)
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
-        self.obs_scale = None if obs_scale is None else float(obs_scale)
-        if self.obs_scale is not None:
-            if not (math.isfinite(self.obs_scale) and self.obs_scale > 0):
+        self._pixel_scale = None if obs_scale is None else float(obs_scale)
+        self.obs_scale: float | None = None
+        """The factor of the uint8 levels replay holds now; None while it holds float32."""
+        if self._pixel_scale is not None:
+            if not (math.isfinite(self._pixel_scale) and self._pixel_scale > 0):
                 raise ConfigError(f"obs_scale must be a finite number > 0, got: {obs_scale!r}")
             obs_dtype = torch.uint8
-            self._scale = torch.tensor(self.obs_scale, dtype=torch.float32, device=self.device)
+            self.obs_scale = self._pixel_scale
+            scale32 = np.float32(self._pixel_scale)
+            self._scale32 = scale32
+            self._inverse32 = np.float32(1.0 / self._pixel_scale)
+            # A CPU scalar: it multiplies CPU and CUDA tensors alike.
+            self._scale = torch.tensor(scale32, dtype=torch.float32)
         kw: dict[str, Any] = dict(device=self.device)
         try:
             self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
@@ -142,41 +149,58 @@ class ReplayBuffer:
         return slots
 
     def encode_obs(self, values: np.ndarray) -> np.ndarray | None:
-        """Scaled observations back to their uint8 levels, or None when some value is not a
-        level (exact: a level times the scale is within far less than half a level of it)."""
-        assert self.obs_scale is not None
-        raw = np.asarray(values, dtype=np.float64) / self.obs_scale
-        levels = np.rint(raw)
-        if not (np.abs(raw - levels) <= 1e-3).all() or not ((levels >= 0) & (levels <= 255)).all():
+        """Observations as their uint8 levels, or None unless every value is exactly a level
+        times the scale in float32 (what :class:`~foxhunt.envs.gym_envs.PixelObservation`
+        gives; a near miss, -0.0 or NaN would not come back bit for bit)."""
+        assert self._pixel_scale is not None
+        v = np.asarray(values, dtype=np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):  # out of range: caught below
+            levels = (v * self._inverse32 + np.float32(0.5)).astype(np.uint8)
+        back = levels.astype(np.float32) * self._scale32
+        if not np.array_equal(back.view(np.uint32), v.view(np.uint32)):
             return None
-        return levels.astype(np.uint8)
+        return levels
 
-    def _store_floats(self, example: np.ndarray) -> None:
-        """Turn uint8 storage back into float32 for good (values kept): a wrapper after the
-        pixel scaling handed over values that are no 0-255 levels."""
-        assert self.obs_scale is not None
-        raw = np.asarray(example, dtype=np.float64).ravel()
-        levels = np.rint(raw / self.obs_scale)
-        bad = raw[
-            ~((np.abs(raw / self.obs_scale - levels) <= 1e-3) & (levels >= 0) & (levels <= 255))
-        ]
-        log.warning(
-            "replay stores observations as float32 from now on (4x the memory): observation "
-            "value %g is not a 0-255 pixel level times %g (a wrapper changed the scaled pixels)",
-            float(bad[0]) if bad.size else float("nan"),
-            self.obs_scale,
-        )
-        self.obs = self.decode_obs(self.obs)
-        self.next_obs = self.decode_obs(self.next_obs)
-        self.obs_scale = None
+    def _use_levels(self, levels: bool, *, convert: bool = False) -> None:
+        """Hold observations as uint8 levels or as float32 (reallocated when the mode changes;
+        ``convert`` keeps the stored values, else the caller writes them)."""
+        if (self.obs_scale is not None) == levels:
+            return
+        assert self._pixel_scale is not None
+        dtype = torch.uint8 if levels else torch.float32
+        old = (self.obs, self.next_obs)
+        self.obs_scale = self._pixel_scale if levels else None
+        if convert:
+            assert not levels
+            self.obs, self.next_obs = (self._decoded(t) for t in old)
+        else:
+            self.obs, self.next_obs = (torch.zeros_like(t, dtype=dtype) for t in old)
         if self.device.type == "cpu":
             self._np_views = [t.numpy() for t in self._storage().values()]
 
-    def decode_obs(self, levels: torch.Tensor) -> torch.Tensor:
-        """Stored observations as the float32 values the env gave (the wrapper's arithmetic)."""
-        if self.obs_scale is None:
-            return levels
+    def _store_floats(self, values: np.ndarray) -> None:
+        """Turn level storage into float32 for good, values kept: a wrapper after the pixel
+        scaling handed over values that are not exactly levels."""
+        assert self._pixel_scale is not None
+        v = np.asarray(values, dtype=np.float32).ravel()
+        with np.errstate(invalid="ignore", over="ignore"):
+            levels = (v * self._inverse32 + np.float32(0.5)).astype(np.uint8)
+        back = levels.astype(np.float32) * self._scale32
+        bad = v[back.view(np.uint32) != v.view(np.uint32)]
+        log.warning(
+            "replay stores observations as float32 from now on (4x the memory): observation "
+            "value %r is not a 0-255 pixel level times %g (a wrapper changed the scaled pixels)",
+            float(bad[0]) if bad.size else float("nan"),
+            self._pixel_scale,
+        )
+        self._use_levels(False, convert=True)
+
+    def _decoded(self, levels: torch.Tensor) -> torch.Tensor:
         return levels.to(torch.float32).mul_(self._scale)
+
+    def decode_obs(self, stored: torch.Tensor) -> torch.Tensor:
+        """Stored observations as the float32 values the env gave (the wrapper's arithmetic)."""
+        return stored if self.obs_scale is None else self._decoded(stored)
 
     def gather(self, slots: np.ndarray, weights: torch.Tensor | None = None) -> Batch:
         """The transitions stored in ``slots`` as a Batch (one ``index_select`` per field)."""
@@ -232,12 +256,34 @@ class ReplayBuffer:
                     f"replay.{k} has shape {tuple(src.shape)}, expected {n} rows "
                     f"of {tuple(v.shape[1:])}"
                 )
-            if self.obs_scale is not None and k in ("obs", "next_obs") and src.is_floating_point():
-                levels = self.encode_obs(src.numpy())  # saved before uint8 storage, or after
-                if levels is None:  # _store_floats
-                    self._store_floats(src.numpy())
-                    return self.load_state(tensors, state)
-                src = torch.from_numpy(levels)
-            v[:n] = src.to(v.device, v.dtype)
+        sources = {k: tensors[f"replay.{k}"] for k in self._storage()}
+        if self._pixel_scale is not None:
+            # Levels if the checkpoint holds levels, or floats that are all exactly levels (a
+            # checkpoint from before pixels were kept as uint8); float32 as the run that wrote
+            # it had switched to otherwise.
+            pixels = {}
+            for k in ("obs", "next_obs"):
+                src = sources[k]
+                if src.dtype == torch.uint8:
+                    pixels[k] = src
+                elif src.is_floating_point():
+                    levels = self.encode_obs(src.numpy())
+                    pixels[k] = None if levels is None else torch.from_numpy(levels)
+                else:
+                    pixels[k] = None
+            as_levels = all(p is not None for p in pixels.values())
+            self._use_levels(as_levels)
+            if as_levels:
+                sources.update(pixels)
+            else:  # one field of levels beside floats: keep both as float32 values
+                sources.update(
+                    {
+                        k: self._decoded(sources[k])
+                        for k in pixels
+                        if sources[k].dtype == torch.uint8
+                    }
+                )
+        for k, v in self._storage().items():
+            v[:n] = sources[k].to(v.device, v.dtype)
         self.pos, self.size = int(state["pos"]), n
         self.rng.bit_generator.state = state["rng"]
