@@ -10,6 +10,8 @@ identical float32 values. SB3's ``ReplayBuffer`` stores the env's uint8 too (its
 Measured in one process on the same random frames:
 
 * bytes per transition: each buffer's storage arrays over its capacity (what it allocates up front);
+* storing: wall time to add one vector step of 8 envs' frames (foxhunt takes the wrapper's float32
+  and checks each value is exactly a level before keeping the level);
 * sampling: wall time to draw a batch and have it as torch tensors ready for the network, the two
   buffers taking turns (foxhunt's includes turning levels into float32, SB3's returns uint8 and its
   policy converts later, so this is the fair share of the work each buffer does).
@@ -66,6 +68,36 @@ def _bytes(arrays: list[Any]) -> int:
     )
 
 
+def measure_add(reps: int, n_envs: int = 8) -> dict[str, list[float]]:
+    """Seconds to store one vector step of ``n_envs`` frames: foxhunt (the wrapper's float32
+    in, uint8 levels stored after an exact check), foxhunt's buffer keeping float32 (as before),
+    and SB3 (the env's uint8 in)."""
+    from stable_baselines3.common.buffers import ReplayBuffer as SB3Buffer
+
+    from foxhunt.replay import ReplayBuffer
+
+    capacity = 64 * n_envs
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 256, (n_envs, *SHAPE), dtype=np.uint8)
+    scaled = frames.astype(np.float32) * np.float32(1 / 255)
+    fox = _foxhunt_replay(capacity)
+    flt = ReplayBuffer(capacity, SHAPE, seed=0)
+    space = _Frames.observation_space
+    sb3 = SB3Buffer(capacity, space, _Frames.action_space, device="cpu", n_envs=n_envs)
+    acts, zeros, ones = np.zeros(n_envs, np.int64), np.zeros(n_envs), np.ones(n_envs)
+    infos = [{} for _ in range(n_envs)]
+    return C.interleaved(
+        {
+            "foxhunt": lambda: C.timed(lambda: fox.add(scaled, acts, zeros, scaled, zeros, ones)),
+            "foxhunt_float32_storage": lambda: C.timed(
+                lambda: flt.add(scaled, acts, zeros, scaled, zeros, ones)
+            ),
+            "sb3": lambda: C.timed(lambda: sb3.add(frames, frames, acts, zeros, zeros, infos)),
+        },
+        reps,
+    )
+
+
 def measure(capacity: int, batch: int, reps: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     fox = _foxhunt_replay(capacity)
@@ -114,6 +146,7 @@ def measure(capacity: int, batch: int, reps: int) -> dict[str, Any]:
     contenders = {"foxhunt": fox_sample, "sb3": sb3_sample, "sb3_float": sb3_sample_preprocessed}
     times = C.interleaved(contenders, reps)
     ms = {k: 1e3 * C.median(v) for k, v in times.items()}
+    adds = measure_add(reps)
     return {
         "capacity": capacity,
         "batch_size": batch,
@@ -125,6 +158,11 @@ def measure(capacity: int, batch: int, reps: int) -> dict[str, Any]:
         },
         "foxhunt_obs_dtype": str(fox.obs.dtype),
         "sample_ms_median": ms,
+        "add_ms_median": {k: 1e3 * C.median(v) for k, v in adds.items()},
+        "add_ratio_vs_sb3_paired_median": C.median(C.per_rep_ratios(adds["foxhunt"], adds["sb3"])),
+        "add_ratio_vs_float32_storage_paired_median": C.median(
+            C.per_rep_ratios(adds["foxhunt"], adds["foxhunt_float32_storage"])
+        ),
         "sample_ratio_paired_median": C.median(C.per_rep_ratios(times["foxhunt"], times["sb3"])),
         "sample_ratio_vs_sb3_float_paired_median": C.median(
             C.per_rep_ratios(times["foxhunt"], times["sb3_float"])
@@ -145,14 +183,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         / r["sample_ms_median"]["sb3"],
         "foxhunt_vs_sb3_sample_time_paired": r["sample_ratio_paired_median"],
         "foxhunt_vs_sb3_sample_and_float_time_paired": r["sample_ratio_vs_sb3_float_paired_median"],
+        "foxhunt_vs_sb3_add_time_paired": r["add_ratio_vs_sb3_paired_median"],
+        "foxhunt_vs_float32_storage_add_time_paired": r[
+            "add_ratio_vs_float32_storage_paired_median"
+        ],
     }
+    add, smp = r["add_ms_median"], r["sample_ms_median"]
     table = C.md_table(
-        ["buffer", "bytes / transition", f"sample {batch} ms (median)"],
+        ["buffer", "bytes / transition", "add 8 envs ms", f"sample {batch} ms (median)"],
         [
-            ["foxhunt (uint8 levels)", b["foxhunt"], r["sample_ms_median"]["foxhunt"]],
-            ["SB3 ReplayBuffer (uint8)", b["sb3"], r["sample_ms_median"]["sb3"]],
-            ["SB3 + its policy's float()/255", b["sb3"], r["sample_ms_median"]["sb3_float"]],
-            ["float32 storage (before)", b["float32_obs_storage"], "-"],
+            ["foxhunt (uint8 levels)", b["foxhunt"], add["foxhunt"], smp["foxhunt"]],
+            ["SB3 ReplayBuffer (uint8)", b["sb3"], add["sb3"], smp["sb3"]],
+            ["SB3 + its policy's float()/255", b["sb3"], "-", smp["sb3_float"]],
+            [
+                "float32 storage (before)",
+                b["float32_obs_storage"],
+                add["foxhunt_float32_storage"],
+                "-",
+            ],
         ],
     )
     notes = (
