@@ -754,6 +754,89 @@ def test_several_instruments_in_one_file_are_refused(tmp_path):
         load_ohlcv(tmp_path / "two.parquet")
 
 
+def test_an_instrument_column_under_another_name_is_named(tmp_path, caplog):
+    """Kaggle's "Name", Tushare's "ts_code", Refinitiv's "RIC": stacked instruments that share
+    dates fail the time-order check, which now names the column that changes there; one after
+    the other they load (a rolled futures series changes its contract column the same way),
+    with a warning naming the row where the prices jump."""
+    rows = [
+        "date,open,high,low,close,volume,Name",
+        "2013-02-08,15.07,15.12,14.63,14.75,8407500,AAL",
+    ]
+    shared = "\n".join([*rows, "2013-02-08,67.71,68.4,66.89,67.85,158168416,AAPL"]) + "\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, shared))
+    assert_one_line(
+        err,
+        "row 2: timestamp 2013-02-08 duplicates row 1",
+        "column 'Name' changes from 'AAL' to 'AAPL' there: several instruments in one file?",
+    )
+    after = "\n".join([*rows, "2013-02-11,67.71,68.4,66.89,67.85,158168416,AAPL"]) + "\n"
+    for column in ("Name", "ts_code", "RIC", "SECID", "instrument_id"):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+            frame = load_ohlcv(write(tmp_path, after.replace(",Name", f",{column}")))
+        assert len(frame) == 2
+        assert f"column '{column}' changes value at row 2 (2013-02-11) ('AAL' to 'AAPL')" in (
+            caplog.text
+        )
+    caplog.clear()
+    one = "\n".join([*rows, "2013-02-11,15.0,15.2,14.6,14.8,8407500,AAL"]) + "\n"
+    with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+        load_ohlcv(write(tmp_path, one))
+    assert "changes value" not in caplog.text  # one instrument named throughout: silent
+    for other in ("Day Name", "regime_name"):  # other text columns that vary: silent too
+        days = one.replace(",Name", f",{other}").replace("AAL\n", "Fri\n", 1)
+        with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+            load_ohlcv(write(tmp_path, days.replace("AAL\n", "Mon\n")))
+        assert "changes value" not in caplog.text, other
+
+
+def test_gzip_without_its_suffix_and_binary_bytes_in_messages(tmp_path):
+    text = HEADER + "\n".join(GOOD_ROWS) + "\n"
+    plain = load_ohlcv(write(tmp_path, text))
+    disguised = tmp_path / "download.csv"  # a browser saved the gzip body under the page's name
+    disguised.write_bytes(gzip.compress(text.encode()))
+    assert load_ohlcv(disguised).equals(plain)
+    junk = tmp_path / "junk.csv"
+    junk.write_bytes(b"\x00\x01\x02,\x1b[31m,\x7f\n1,2,3\n")
+    with pytest.raises(DataError) as err:
+        load_ohlcv(junk)
+    text = str(err.value)
+    assert not any(ord(c) < 32 or ord(c) == 127 for c in text), repr(text)
+    assert "\\x00\\x01\\x02" in text
+
+
+def test_a_headerless_file_that_starts_with_a_ticker_says_so(tmp_path):
+    rows = ["AAPL.US,D,20240102,000000,187.15,188.44,183.89,185.64,82488700,0"] * 1
+    rows.append("AAPL.US,D,20240103,000000,184.22,185.88,183.43,184.25,58414500,0")
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, "\n".join(rows) + "\n", "aapl.txt"))
+    assert_one_line(
+        err, "aapl.txt", "the first one holds text, not dates (first value 'AAPL.US')", "header"
+    )
+
+
+def test_fractional_epoch_seconds_keep_their_milliseconds(tmp_path):
+    text = "time,open,high,low,close\n1704067200.123,1,2,0.5,1.5\n1704067201.456,1,2,0.5,1.5\n"
+    stamps = load_ohlcv(write(tmp_path, text)).index
+    assert list(stamps) == [
+        pd.Timestamp("2024-01-01 00:00:00.123"),
+        pd.Timestamp("2024-01-01 00:00:01.456"),
+    ]
+    ms = "time,open,high,low,close\n1704067200123.5,1,2,0.5,1.5\n1704067201456.25,1,2,0.5,1.5\n"
+    stamps = load_ohlcv(write(tmp_path, ms)).index
+    assert stamps[0] == pd.Timestamp("2024-01-01 00:00:00.1235")
+    assert stamps[1] == pd.Timestamp("2024-01-01 00:00:01.45625")
+
+
+def test_a_dataframe_with_numbered_columns_is_told_to_name_them():
+    rows = [[1704067200000, 1.0, 2.0, 0.5, 1.5, 10.0], [1704067260000, 1.5, 2.0, 1.0, 1.8, 20.0]]
+    with pytest.raises(DataError) as err:
+        load_ohlcv(pd.DataFrame(rows))
+    assert_one_line(err, "<DataFrame>", "name the columns, e.g. df.columns = ['date'")
+
+
 def test_encodings_and_comment_lines(tmp_path, caplog):
     german = (
         "Datum;Eröffnung;Hoch;Tief;Schluss\n02.01.2023;1,5;2,5;1,0;2,0\n03.01.2023;2;3;1,5;2,5\n"

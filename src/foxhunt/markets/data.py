@@ -24,7 +24,7 @@ import warnings
 import zipfile
 import zlib
 import zoneinfo
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Literal, NamedTuple
 
@@ -220,6 +220,13 @@ def _norm(name: object) -> str:
     text = re.sub(r"\s*\([$€£¥]\)$", "", text)  # a currency sign as the unit: "Close ($)"
     text = re.sub(r"^\d\.\s+", "", text)  # Alpha Vantage's JSON keys: "1. open"
     return " ".join(text.split())
+
+
+def _printable(text: str, limit: int = 400) -> str:
+    """``text`` for a one-line message: control characters escaped (a binary file's bytes read
+    as text), cut at ``limit`` characters."""
+    text = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _fmt(value: object) -> str:
@@ -599,7 +606,9 @@ def _read_csv(
     header: int | None = 0,
 ) -> pd.DataFrame:
     source: Path | io.BytesIO = path
-    if path.name.lower().endswith(".zip"):  # the one member, whatever else the archive holds
+    name = path.name.lower()
+    # The one member of a ZIP, whatever else the archive holds; gzip without its suffix.
+    if name.endswith(".zip") or (not name.endswith(".gz") and _is_gzip(path)):
         with _open_bytes(path, label) as f:
             source = io.BytesIO(f.read())
     with warnings.catch_warnings(record=True) as caught:
@@ -660,12 +669,20 @@ def _open_bytes(path: Path, label: str) -> Iterator[IO[bytes]]:
             raise DataError(f"{label}: cannot read file: not a ZIP archive") from None
         with archive, archive.open(_zip_member(archive, label)) as member:
             yield member
-    elif name.endswith(".gz"):
+    elif name.endswith(".gz") or _is_gzip(path):  # or gzip saved without its suffix
         with gzip.open(path, "rb") as f:
             yield f  # type: ignore[misc]
     else:
         with open(path, "rb") as f:
             yield f
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False  # the caller's own open reports it
 
 
 def _sniff_text(path: Path, suffix: str, label: str = "") -> tuple[str, list[str]]:
@@ -813,12 +830,18 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
         found["tick volume"] = fallback["tick volume"]  # used if the real volume is all zero
     missing = [c for c in _PRICE_COLUMNS if c not in found]
     if missing:
-        seen = ", ".join(str(c) for c in frame.columns) or "(none)"
+        seen = _printable(", ".join(str(c) for c in frame.columns)) or "(none)"
         if sum(_looks_like_data(c) for c in frame.columns) >= 3:
             if "commented_header" in frame.attrs:
                 raise DataError(
                     f"{label}: the header is commented out "
                     f"({_fmt(frame.attrs['commented_header'])}): remove the '#'"
+                )
+            if label == "<DataFrame>":  # pd.DataFrame(exchange.fetch_ohlcv(...)): 0, 1, 2, ...
+                raise DataError(
+                    f"{label}: the column names look like data or positions, not names "
+                    f"(found: {seen}); name the columns, e.g. df.columns = ['date', 'open', "
+                    "'high', 'low', 'close', 'volume']"
                 )
             raise DataError(
                 f"{label}: the first line looks like data, not a header (found: {seen}); add a "
@@ -871,11 +894,45 @@ def _adjustment_notes(
 
 
 _INSTRUMENT_COLUMNS = ("symbol", "ticker", "instrument", "isin", "asset", "pair", "security")
+# Words that may name an instrument column (Kaggle's "Name", Tushare's "ts_code", Refinitiv's
+# "RIC", MOEX's "SECID"). Such a column may also change where one series rolls from contract to
+# contract (Databento's "instrument_id"), so it is only warned about, or named in an error.
+_INSTRUMENT_WORDS = frozenset(
+    {"symbol", "ticker", "instrument", "isin", "asset", "pair", "security", "name", "code"}
+    | {"ric", "secid", "stock", "sym", "figi", "cusip", "sedol", "permno", "contract", "coin"}
+)
+
+
+# Words that make such a name something else: "Day Name", "regime_name", "Exchange Code".
+_NOT_INSTRUMENT_WORDS = frozenset(
+    {"day", "weekday", "week", "month", "regime", "period", "session", "exchange", "currency"}
+    | {"unit", "units", "file", "source", "country", "sector", "industry", "condition", "type"}
+)
+
+
+def _instrument_column(
+    frame: pd.DataFrame, known: Iterable[object], rows: np.ndarray | None = None
+) -> str | None:
+    """The first column besides the ``known`` ones (prices, time, regimes) whose name suggests
+    an instrument and whose value varies (over ``rows`` only, when given)."""
+    taken = {str(c) for c in known}
+    for col in frame.columns:
+        words = set(_norm(col).split())
+        if (
+            str(col) not in taken
+            and _INSTRUMENT_WORDS & words
+            and not _NOT_INSTRUMENT_WORDS & words
+        ):
+            values = frame[col] if rows is None else frame[col].iloc[rows]
+            if values.dropna().astype(str).str.strip().nunique() > 1:
+                return str(col)
+    return None
 
 
 def _one_instrument(frame: pd.DataFrame, label: str) -> None:
     """Refuse a file that stacks several instruments (a symbol column with more than one value):
-    read as one series, its bars would interleave and fail the time-order check confusingly."""
+    read as one series, its bars would interleave and fail the time-order check confusingly,
+    or, one instrument's dates after another's, load as one series with a jump between them."""
     for col in frame.columns:
         if _norm(col) in _INSTRUMENT_COLUMNS:
             names = frame[col].dropna().astype(str).str.strip().unique()
@@ -1035,6 +1092,14 @@ def _bar_timestamps(
             )
         kept.attrs["head_rows"] = h
         return kept, stamps, kept_column
+    first = str(ts_raw.iloc[0]) if len(ts_raw) else ""
+    if frame.attrs.get("positional") and not re.search(r"\d", first):
+        # MetaStock / stooq without a header (AAPL.US,D,20240102,...): a ticker comes first.
+        raise DataError(
+            f"{label}: the file has no header row, so its columns were read by position, and "
+            f"the first one holds text, not dates (first value {_fmt(first)}): add a header "
+            "row naming the columns, e.g. ticker,date,open,high,low,close,volume"
+        )
     # CryptoDataDownload's older files write "2019-12-13 11-AM" under Date and the same time
     # under "Unix Timestamp": a second timestamp column that reads is used, and said.
     stamps, column = _other_timestamps(frame, column, label, error)
@@ -1277,11 +1342,18 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
                     "number format (1.70407E+12); write them in full"
                 )
         stamps = np.empty(len(values), dtype="datetime64[ns]")
+        fractional = values.dtype.kind == "f" and not np.all(values == np.floor(values))
         try:
             for code in np.unique(units):
                 mask = units == code
                 unit = _EPOCH_UNITS[code]
-                stamps[mask] = pd.to_datetime(values[mask], unit=unit).to_numpy("datetime64[ns]")
+                chosen = values[mask]
+                if fractional and unit != "ns":
+                    # 1704067200.123 s: as a float of nanoseconds it reads .122999907. A
+                    # float64 epoch holds microseconds at best, so round to them.
+                    chosen = np.rint(chosen * 1000.0 ** (2 - code)).astype(np.int64)
+                    unit = "us"
+                stamps[mask] = pd.to_datetime(chosen, unit=unit).to_numpy("datetime64[ns]")
         except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
             raise fail_at(int(np.argmax(np.abs(values))), "timestamp out of range:") from None
         parsed = pd.DatetimeIndex(stamps)
@@ -1943,6 +2015,7 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
             f"{_fmt(values['volume'][pos])}"
         )
 
+    known = [ts_column, *found.values()]
     stamps = timestamps.asi8
     steps = np.diff(stamps)
     for bad, why in ((steps < 0, "is earlier than"), (steps == 0, "duplicates")):
@@ -1950,11 +2023,33 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
             pos = int(np.argmax(bad)) + 1
             # The later of the two rows in the file is the offending one.
             later, earlier = sorted((file_row(pos), file_row(pos - 1)), reverse=True)
+            stacked = _instrument_column(frame, known, np.array([pos - 1, pos]))
+            hint = (
+                f" (column {stacked!r} changes from {_fmt(frame[stacked].iloc[pos - 1])} to "
+                f"{_fmt(frame[stacked].iloc[pos])} there: several instruments in one file? "
+                "keep the rows of one)"
+                if stacked is not None
+                else ""
+            )
             raise DataError(
                 f"{label}: column {ts_column!r} row {later}: timestamp {_stamp(timestamps[pos])} "
                 f"{why} row {earlier} ({_stamp(timestamps[pos - 1])}); rows must be strictly "
-                "increasing in time"
+                f"increasing in time{hint}"
             )
+    varying = _instrument_column(frame, known)
+    if varying is not None:
+        ids = frame[varying].astype(str).str.strip().to_numpy()
+        change = int(np.argmax(ids[1:] != ids[:-1])) + 1
+        log.warning(
+            "%s: column %r changes value at %s (%s to %s): if these are different instruments "
+            "rather than one series rolling from contract to contract, the prices jump there; "
+            "keep the rows of one",
+            label,
+            varying,
+            where(change),
+            _fmt(ids[change - 1]),
+            _fmt(ids[change]),
+        )
 
     out = pd.DataFrame(
         {k: values[k] for k in OHLCV_COLUMNS},
