@@ -830,6 +830,46 @@ def test_fractional_epoch_seconds_keep_their_milliseconds(tmp_path):
     assert stamps[1] == pd.Timestamp("2024-01-01 00:00:01.45625")
 
 
+@pytest.mark.parametrize(
+    "names",
+    [
+        "time_period_start;price_open;price_high;price_low;price_close;volume_traded",  # CoinAPI
+        "Date,OpenPrice,HighPrice,LowPrice,ClosePrice,Volume",
+        "Date,Open (USD),High (USD),Low (USD),Close (USD),Volume",
+        '"Index","AAPL.Open","AAPL.High","AAPL.Low","AAPL.Close","AAPL.Volume","AAPL.Adjusted"',
+        "time,volume,bid_o,bid_c,mid_o,mid_h,mid_l,mid_c,ask_o",  # OANDA's candles, flattened
+        "ts_event,rtype,publisher_id,instrument_id,open,high,low,close,volume,symbol",  # Databento
+    ],
+)
+def test_vendor_column_names_for_prices(tmp_path, names):
+    sep = ";" if ";" in names else ","
+    cols = [c.strip('"') for c in names.split(sep)]
+    values = {"open": 10.0, "high": 12.0, "low": 9.0, "close": 11.0, "volume": 500.0}
+    row = []
+    for col in cols:
+        key = col.lower().replace("mid_", "").replace("price_", "").replace("price", "")
+        key = key.split(".")[-1].replace(" (usd)", "").replace("_traded", "")
+        key = {"o": "open", "h": "high", "l": "low", "c": "close"}.get(key, key)
+        row.append(values.get(key, 7.0))  # bid/ask, adjusted, ids: another number
+    first = dict(zip(cols, row, strict=True))
+    first[cols[0]] = "1704067200000000000" if cols[0] == "ts_event" else "2024-01-01"
+    second = {**first, cols[0]: "1704153600000000000" if cols[0] == "ts_event" else "2024-01-02"}
+    lines = [sep.join(names.split(sep))]
+    lines += [sep.join(str(r[c]) for c in cols) for r in (first, second)]
+    frame = load_ohlcv(write(tmp_path, "\n".join(lines) + "\n"))
+    assert list(frame.index) == [pd.Timestamp("2024-01-01"), pd.Timestamp("2024-01-02")]
+    assert frame.iloc[0].to_dict() == values
+
+
+def test_bid_and_ask_prices_are_not_guessed(tmp_path):
+    text = "DateTime,BidOpen,BidHigh,BidLow,BidClose,AskOpen,AskHigh,AskLow,AskClose\n"
+    text += "2024-01-02,1,2,0.5,1.5,1.1,2.1,0.6,1.6\n"
+    with pytest.raises(DataError, match=r"missing column\(s\) open, high, low, close"):
+        load_ohlcv(write(tmp_path, text))
+    with pytest.raises(DataError, match=r"missing column\(s\) open"):  # an adjusted close
+        load_ohlcv(write(tmp_path, "Date,Close (adj)\n2024-01-02,1.5\n"))
+
+
 def test_a_dataframe_with_numbered_columns_is_told_to_name_them():
     rows = [[1704067200000, 1.0, 2.0, 0.5, 1.5, 10.0], [1704067260000, 1.5, 2.0, 1.0, 1.8, 20.0]]
     with pytest.raises(DataError) as err:

@@ -175,6 +175,8 @@ _TIMESTAMP_ALIASES = (
     "ts",
     "mts",
     "window start",
+    "time period start",  # CoinAPI: the bar's start ("time_open" is its first trade)
+    "ts event",  # Databento: the bar's open, in nanoseconds
     "unix",
     "unix timestamp",
     "t",
@@ -800,13 +802,38 @@ def _yfinance_layout(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     return out.rename(columns={frame.columns[0]: str(frame.iloc[1, 0]).strip()})
 
 
+# "Open (USD)": a currency as the unit.
+_UNIT = re.compile(
+    r"\s*\((?:usd|eur|gbp|jpy|chf|cad|aud|nzd|cny|hkd|sgd|inr|krw|brl|rub|try|sek|nok|dkk|pln"
+    r"|zar|mxn|btc|eth|usdt|usdc)\)$"
+)
+
+
+def _relaxed_name(col: object) -> str | None:
+    """open/high/low/close under a vendor's longer name: CoinAPI's ``price_open``, ``OpenPrice``,
+    ``Open (USD)``, quantmod's ``AAPL.Open`` (and ``AAPL.Volume``), OANDA's ``mid_o``. Otherwise
+    prices only: volume names have their own rules (``Volume (BTC)`` beside ``Volume (USD)``
+    are two volumes, not one name twice), and a bid or ask price stays unknown (which of them
+    is the bar's is the user's choice)."""
+    text = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", str(col).strip())  # OpenPrice -> Open Price
+    key = _UNIT.sub("", _norm(text))
+    if re.fullmatch(r"[a-z0-9^=]+\.[a-z]+", key):  # AAPL.Open, AAPL.Volume (R's quantmod)
+        canon = _ALIASES.get(key.split(".", 1)[1])
+        return canon if canon in (*_PRICE_COLUMNS, "volume") else None
+    key = " ".join(w for w in key.split() if w not in ("price", "mid"))
+    if key == _norm(col):
+        return None  # nothing relaxed: the strict lookup has spoken
+    canon = _ALIASES.get(key)
+    return canon if canon in _PRICE_COLUMNS else None
+
+
 def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
     """Map canonical names to the source's own column labels (fallback names last)."""
     found: dict[str, object] = {}
     fallback: dict[str, object] = {}
     for col in frame.columns:
         key = _norm(col)
-        canon = _ALIASES.get(key)
+        canon = _ALIASES.get(key) or _relaxed_name(col)
         if canon is None:
             kind = next((k for k, (_, names) in _FALLBACKS.items() if key in names), None)
             if kind is not None:
