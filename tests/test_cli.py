@@ -678,3 +678,32 @@ def test_ensemble_force_never_deletes_a_member_still_training(tmp_path: Path) ->
     with run_lock(member):
         assert main([*argv, "--run-dir", str(run), "--total-steps", "300"]) == 2
     assert (member / "config.yaml").is_file()
+
+
+def test_sigterm_outside_training_carries_its_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before a trainer's own handler is up (a hyperopt trial building its envs), the CLI's
+    SIGTERM handler raised a bare KeyboardInterrupt, and the trial was recorded as Ctrl-C."""
+    import os
+    import signal
+
+    from foxhunt import cli
+
+    seen: list[int] = []
+
+    def command(args: object) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode boundary
+            for _ in range(1000):
+                pass
+        except KeyboardInterrupt as err:
+            seen.append(getattr(err, "signum", 0))
+            raise
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, "report", command)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert cli.main(["report", "."]) == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == [signal.SIGTERM]

@@ -269,6 +269,63 @@ def test_shared_storage_accumulates_trials(tmp_path: Path, kind: str) -> None:
         run_hyperopt(tiny_spec(total_steps=700), n_trials=1, storage=storage, study_name="shared")
     # ... but one on another device may (device is a system setting, not part of the task).
     assert hyperopt._task(tiny_spec(device="auto")) == hyperopt._task(spec)
+    # Nor one that searches what the study keeps fixed, even at the same value.
+    gamma = spec.hyperparameters.gamma
+    with pytest.raises(ConfigError, match=r"fixed=\['gamma'\] \(study has \[\]\)"):
+        run_hyperopt(
+            tiny_spec(gamma=gamma),
+            n_trials=1,
+            storage=storage,
+            study_name="shared",
+            fixed={"gamma"},
+        )
+
+
+def test_a_study_recorded_before_fixed_names_still_opens(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path}/old.db"
+    study = optuna.create_study(storage=storage, study_name="old", direction="maximize")
+    old_task = hyperopt._task(tiny_spec())
+    del old_task["fixed"]
+    study.set_user_attr(hyperopt._ATTR_TASK, old_task)
+    out = run_hyperopt(tiny_spec(), n_trials=1, storage=storage, study_name="old")
+    assert out["trials"] == 1
+
+
+def test_the_run_dir_check_knows_a_database_by_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite:///s.db from two directories is two studies; the same file by its absolute path
+    is the same study."""
+    for d in ("x", "y"):
+        (tmp_path / d).mkdir()
+    monkeypatch.chdir(tmp_path / "x")
+    out = tmp_path / "out"
+    run_hyperopt(tiny_spec(), n_trials=1, storage="sqlite:///s.db", study_name="s", run_dir=out)
+    kept = (out / "best_config.yaml").read_text()
+    again = f"sqlite:///{tmp_path / 'x' / 's.db'}"
+    run_hyperopt(tiny_spec(), n_trials=1, storage=again, study_name="s", run_dir=out)
+    assert "best of 2 complete trials" in (out / "best_config.yaml").read_text()
+    monkeypatch.chdir(tmp_path / "y")
+    with pytest.raises(ConfigError, match="already holds another search's results"):
+        run_hyperopt(tiny_spec(), n_trials=1, storage="sqlite:///s.db", study_name="s", run_dir=out)
+    assert (out / "best_config.yaml").read_text() != kept  # the continued study's, not y's
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_in_memory_storage_is_refused(url: str) -> None:
+    with pytest.raises(ConfigError, match="in-memory"):
+        run_hyperopt(tiny_spec(), n_trials=1, storage=url)
+
+
+def test_a_missing_database_driver_is_named() -> None:
+    reason = hyperopt._storage_reason(
+        ImportError(
+            "Failed to import DB access module for the specified storage URL. Please "
+            "install appropriate one."
+        ),
+        "postgresql://u:p@h/db",
+    )
+    assert reason == "its database driver is not installed: pip install psycopg2-binary"
 
 
 @pytest.mark.parametrize(

@@ -621,7 +621,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # kill, docker stop, Slurm and Kubernetes stop a job with SIGTERM: stop as Ctrl-C does,
         # so training leaves a checkpoint to resume instead of losing the run.
         terminated.append(signum)
-        raise KeyboardInterrupt
+        err = KeyboardInterrupt()
+        err.signum = signum  # type: ignore[attr-defined]  # read as TrainingInterrupted's is
+        raise err
 
     with contextlib.suppress(ValueError):  # only the main thread may set handlers
         signal.signal(signal.SIGTERM, on_sigterm)

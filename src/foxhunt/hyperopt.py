@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import random
+import re
 import signal
 import time
 import warnings
@@ -249,6 +250,12 @@ def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | Non
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
+    if re.fullmatch(r"sqlite(\+\w+)?:///?(:memory:)?", storage.strip()):
+        raise ConfigError(
+            f"storage must be shared to be worth giving, got the in-memory {storage!r} (nothing "
+            "outlives the process or reaches another): sqlite:///study.db, or no --storage for "
+            "a search in one process"
+        )
     try:
         if storage.startswith("journal:"):
             path = storage[len("journal:") :]
@@ -257,12 +264,29 @@ def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | Non
                 raise ValueError("journal storage needs a file path (journal:PATH)")
             return JournalStorage(JournalFileBackend(path))
         if storage.startswith(("redis://", "rediss://")):
-            return JournalStorage(JournalRedisBackend(storage))
+            with warnings.catch_warnings():  # "experimental", two lines before any error
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return JournalStorage(JournalRedisBackend(storage))
     except (OSError, ImportError, ValueError) as err:
         raise ConfigError(
             f"storage cannot be opened, got: {storage!r} ({first_line(err)})"
         ) from None
     return storage  # an RDB URL: _open_study builds (and validates) it, with heartbeats
+
+
+_DRIVERS = {"postgresql": "psycopg2-binary", "postgres": "psycopg2-binary", "mysql": "pymysql"}
+
+
+def _storage_reason(err: BaseException, storage: str | None) -> str:
+    """Why a storage did not open, in one line; a missing database driver is named."""
+    reason = first_line(err)
+    if "Failed to import DB access module" in reason and storage:
+        dialect = storage.split(":", 1)[0].split("+", 1)[0].lower()
+        if dialect in _DRIVERS:
+            reason = f"its database driver is not installed: pip install {_DRIVERS[dialect]}"
+    if isinstance(err, optuna.exceptions.StorageInternalError):
+        reason = f"{reason.rstrip('.')}; is the database read-only?"
+    return reason
 
 
 _OPEN_ATTEMPTS = 6
@@ -289,12 +313,15 @@ class StudyInterrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def _task(spec: RunSpec) -> dict[str, Any]:
-    """What makes two trials comparable: the environment, budget and non-system hyperparameters."""
+def _task(spec: RunSpec, fixed: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """What makes two trials comparable: the environment, budget, non-system hyperparameters
+    and which of them the search leaves fixed (a value that happens to equal the searched
+    one's default is still a different search)."""
     data = spec.model_dump(mode="json")
     data["hyperparameters"] = {
         k: v for k, v in data["hyperparameters"].items() if k not in _SYSTEM_FIELDS
     }
+    data["fixed"] = sorted(set(fixed) - _SYSTEM_FIELDS)
     return data
 
 
@@ -310,7 +337,11 @@ def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
 
 
 def _open_study(
-    spec: RunSpec, storage: str | None, study_name: str, sampler_seed: int | None
+    spec: RunSpec,
+    storage: str | None,
+    study_name: str,
+    sampler_seed: int | None,
+    fixed: frozenset[str] = frozenset(),
 ) -> optuna.Study:
     import sqlalchemy.exc
 
@@ -343,7 +374,13 @@ def _open_study(
             )
             stored = study.user_attrs.get(_ATTR_TASK)
             break
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError, OSError) as err:
+        except (
+            sqlalchemy.exc.SQLAlchemyError,
+            optuna.exceptions.StorageInternalError,  # a commit refused: a read-only file
+            ImportError,
+            ValueError,
+            OSError,
+        ) as err:
             if _creation_race(err) and attempt + 1 < _OPEN_ATTEMPTS:
                 # Workers started together race to create a new database's tables (a UNIQUE
                 # constraint on alembic_version, "table already exists", a locked file): the
@@ -351,14 +388,16 @@ def _open_study(
                 time.sleep(0.2 * (attempt + 1) * (1.0 + random.random()))
                 continue
             raise ConfigError(
-                f"storage cannot be opened, got: {shown!r} ({first_line(err)})"
+                f"storage cannot be opened, got: {shown!r} ({_storage_reason(err, storage)})"
             ) from None
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise ConfigError(
             f"study_name {study_name!r} in storage {shown!r} minimizes, got it for "
             f"foxhunt, which maximizes the evaluation return"
         )
-    task = _task(spec)
+    task = _task(spec, fixed)
+    if isinstance(stored, dict) and "fixed" not in stored:
+        task.pop("fixed")  # a study recorded before the fixed names were: compare the rest
     if stored is None:
         study.set_user_attr(_ATTR_TASK, task)
     elif stored != task:
@@ -422,7 +461,27 @@ STUDY_FILE = "study.json"
 def study_identity(study_name: str, storage: str | None) -> dict[str, Any]:
     """Which study a run directory's files describe (``study.json``): a later search may write
     there only to continue that stored study, or the files would mix two searches."""
-    return {"study_name": study_name, "storage": _redact(storage) if storage else None}
+    return {"study_name": study_name, "storage": _canonical(storage) if storage else None}
+
+
+def _canonical(storage: str) -> str:
+    """The storage a URL names, whatever the working directory: a SQLite file or a journal by
+    its absolute path (``sqlite:///s.db`` from two directories is two studies), password
+    hidden."""
+    import sqlalchemy.exc
+    from sqlalchemy.engine import make_url
+
+    if storage.startswith("journal:"):
+        path = storage[len("journal:") :]
+        path = path[2:] if path.startswith("//") else path
+        return "journal:" + str(Path(path).expanduser().resolve())
+    try:
+        url = make_url(storage)
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        return storage
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        url = url.set(database=str(Path(url.database).expanduser().resolve()))
+    return url.render_as_string(hide_password=True)
 
 
 def check_search_dir(path: Path, study_name: str, storage: str | None, force: bool) -> None:
@@ -497,7 +556,7 @@ def run_hyperopt(
         raise ConfigError(f"fixed names unknown hyperparameter(s): {', '.join(unknown)}")
     frozen = frozenset(fixed)
     envs = make_envs(spec)  # validates the environment / market before any trial starts
-    study = _open_study(spec, storage, study_name, sampler_seed)
+    study = _open_study(spec, storage, study_name, sampler_seed, frozen)
     interrupted = 0  # the signal that stopped this process's study; 0 while none did
 
     def run_trial(trial: optuna.Trial) -> float:
