@@ -305,6 +305,11 @@ def test_the_run_dir_check_knows_a_database_by_its_file(
     again = f"sqlite:///{tmp_path / 'x' / 's.db'}"
     run_hyperopt(tiny_spec(), n_trials=1, storage=again, study_name="s", run_dir=out)
     assert "best of 2 complete trials" in (out / "best_config.yaml").read_text()
+    # A study.json written before storages were recorded by absolute path: still continued.
+    legacy = {"study_name": "s", "storage": "sqlite:///s.db"}
+    (out / "study.json").write_text(json.dumps(legacy))
+    run_hyperopt(tiny_spec(), n_trials=1, storage="sqlite:///s.db", study_name="s", run_dir=out)
+    assert json.loads((out / "study.json").read_text())["storage"] == again  # rewritten
     monkeypatch.chdir(tmp_path / "y")
     with pytest.raises(ConfigError, match="already holds another search's results"):
         run_hyperopt(tiny_spec(), n_trials=1, storage="sqlite:///s.db", study_name="s", run_dir=out)
@@ -325,7 +330,10 @@ def test_a_missing_database_driver_is_named() -> None:
         ),
         "postgresql://u:p@h/db",
     )
-    assert reason == "its database driver is not installed: pip install psycopg2-binary"
+    assert reason == "its database driver is not installed: pip install 'psycopg[binary]'"
+    err = ImportError("Failed to import DB access module for the specified storage URL.")
+    assert hyperopt._storage_reason(err, "mysql+pymysql://h/db").endswith("pip install pymysql")
+    assert hyperopt._storage_reason(err, "mysql://h/db").endswith("pip install mysqlclient")
 
 
 @pytest.mark.parametrize(

@@ -861,11 +861,51 @@ def test_vendor_column_names_for_prices(tmp_path, names):
     assert frame.iloc[0].to_dict() == values
 
 
+@pytest.mark.parametrize(
+    "extra", ["Close Price", "ClosePrice", "Close (USD)", "AAPL.Close", "Mid Close", "mid_c"]
+)
+def test_a_plain_name_wins_over_a_longer_spelling_beside_it(tmp_path, extra):
+    """The longer spellings are read only without the plain name (they loaded this way before
+    they were read at all: a file with both must not be refused as naming close twice)."""
+    text = f"Date,Open,High,Low,Close,{extra}\n2024-01-02,1,2,0.5,1.5,9\n2024-01-03,1,2,0.5,1.6,9\n"
+    frame = load_ohlcv(write(tmp_path, text))
+    assert list(frame["close"]) == [1.5, 1.6]
+
+
+def test_measurement_columns_are_not_taken_for_instruments(tmp_path, caplog):
+    """yfinance's "Stock Splits" and python-binance's "Quote asset volume" change from row to
+    row; they are not instrument columns."""
+    yf = "Date,Open,High,Low,Close,Volume,Dividends,Stock Splits\n"
+    yf += "2020-08-28,1,2,0.5,1.5,10,0,0\n2020-08-31,1,2,0.5,1.5,10,0,4\n"
+    binance = "Open time,Open,High,Low,Close,Volume,Quote asset volume,Number of trades\n"
+    binance += "1704067200000,1,2,0.5,1.5,10,6.0,3\n1704067260000,1,2,0.5,1.5,10,7.5,4\n"
+    for text in (yf, binance):
+        with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+            load_ohlcv(write(tmp_path, text))
+    assert "changes value" not in caplog.text
+    dup = binance + "1704067260000,1,2,0.5,1.5,10,8.0,5\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, dup))
+    assert "duplicates" in str(err.value) and "instruments" not in str(err.value)
+
+
+def test_a_truncated_gzip_is_one_line(tmp_path):
+    body = gzip.compress((HEADER + "\n".join(GOOD_ROWS * 50) + "\n").encode())
+    for name in ("cut.csv", "cut.csv.gz"):
+        (tmp_path / name).write_bytes(body[: len(body) // 2])
+        with pytest.raises(DataError) as err:
+            load_ohlcv(tmp_path / name)
+        assert_one_line(err, name, "cannot read file")
+
+
 def test_bid_and_ask_prices_are_not_guessed(tmp_path):
     text = "DateTime,BidOpen,BidHigh,BidLow,BidClose,AskOpen,AskHigh,AskLow,AskClose\n"
     text += "2024-01-02,1,2,0.5,1.5,1.1,2.1,0.6,1.6\n"
     with pytest.raises(DataError, match=r"missing column\(s\) open, high, low, close"):
         load_ohlcv(write(tmp_path, text))
+    flattened = "time,bid.o,bid.h,bid.l,bid.c\n2024-01-02,1,2,0.5,1.5\n"  # OANDA, json_normalize
+    with pytest.raises(DataError, match=r"missing column\(s\) open, high, low, close"):
+        load_ohlcv(write(tmp_path, flattened))
     with pytest.raises(DataError, match=r"missing column\(s\) open"):  # an adjusted close
         load_ohlcv(write(tmp_path, "Date,Close (adj)\n2024-01-02,1.5\n"))
 

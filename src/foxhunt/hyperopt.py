@@ -274,16 +274,31 @@ def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | Non
     return storage  # an RDB URL: _open_study builds (and validates) it, with heartbeats
 
 
-_DRIVERS = {"postgresql": "psycopg2-binary", "postgres": "psycopg2-binary", "mysql": "pymysql"}
+# SQLAlchemy's driver names and the packages that provide them.
+_DRIVERS = {
+    "psycopg2": "psycopg2-binary",
+    "psycopg": "'psycopg[binary]'",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "pymysql": "pymysql",
+    "mysqldb": "mysqlclient",
+    "mysqlconnector": "mysql-connector-python",
+}
 
 
 def _storage_reason(err: BaseException, storage: str | None) -> str:
     """Why a storage did not open, in one line; a missing database driver is named."""
+    import sqlalchemy.exc
+    from sqlalchemy.engine import make_url
+
     reason = first_line(err)
     if "Failed to import DB access module" in reason and storage:
-        dialect = storage.split(":", 1)[0].split("+", 1)[0].lower()
-        if dialect in _DRIVERS:
-            reason = f"its database driver is not installed: pip install {_DRIVERS[dialect]}"
+        try:  # the driver SQLAlchemy would import for this URL (its default for the dialect)
+            driver = make_url(storage).get_dialect().driver
+        except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError):
+            driver = None
+        if driver in _DRIVERS:
+            reason = f"its database driver is not installed: pip install {_DRIVERS[driver]}"
     if isinstance(err, optuna.exceptions.StorageInternalError):
         reason = f"{reason.rstrip('.')}; is the database read-only?"
     return reason
@@ -474,13 +489,13 @@ def _canonical(storage: str) -> str:
     if storage.startswith("journal:"):
         path = storage[len("journal:") :]
         path = path[2:] if path.startswith("//") else path
-        return "journal:" + str(Path(path).expanduser().resolve())
+        return "journal:" + str(Path(path).resolve())  # no ~: Optuna does not expand it either
     try:
         url = make_url(storage)
     except (sqlalchemy.exc.ArgumentError, ValueError):
         return storage
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        url = url.set(database=str(Path(url.database).expanduser().resolve()))
+        url = url.set(database=str(Path(url.database).resolve()))
     return url.render_as_string(hide_password=True)
 
 
@@ -506,7 +521,9 @@ def check_search_dir(path: Path, study_name: str, storage: str | None, force: bo
         recorded = json.loads((path / STUDY_FILE).read_text())
     except (OSError, ValueError):
         recorded = None
-    if storage is not None and recorded == study_identity(study_name, storage):
+    # Written before the storage was recorded by its absolute path: the URL as given.
+    legacy = {"study_name": study_name, "storage": _redact(storage) if storage else None}
+    if storage is not None and recorded in (study_identity(study_name, storage), legacy):
         return  # continuing the same stored study: the files will describe all of it
     raise ConfigError(
         f"--run-dir already holds another search's results ({', '.join(held)} in {path}): "

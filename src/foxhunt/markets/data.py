@@ -453,6 +453,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         ValueError,
         zipfile.BadZipFile,  # a damaged archive: bad CRC, truncated member
         zlib.error,
+        EOFError,  # a truncated gzip download
         RuntimeError,  # zipfile: an encrypted member needs a password
     ) as exc:
         raise DataError(f"{label}: cannot read file: {first_line(exc)}") from None
@@ -818,7 +819,10 @@ def _relaxed_name(col: object) -> str | None:
     text = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", str(col).strip())  # OpenPrice -> Open Price
     key = _UNIT.sub("", _norm(text))
     if re.fullmatch(r"[a-z0-9^=]+\.[a-z]+", key):  # AAPL.Open, AAPL.Volume (R's quantmod)
-        canon = _ALIASES.get(key.split(".", 1)[1])
+        prefix, name = key.split(".", 1)
+        if prefix in ("bid", "ask"):  # OANDA's bid.o flattened: not the bar's price
+            return None
+        canon = _ALIASES.get(name)
         return canon if canon in (*_PRICE_COLUMNS, "volume") else None
     key = " ".join(w for w in key.split() if w not in ("price", "mid"))
     if key == _norm(col):
@@ -831,13 +835,16 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
     """Map canonical names to the source's own column labels (fallback names last)."""
     found: dict[str, object] = {}
     fallback: dict[str, object] = {}
+    relaxed: dict[str, list[object]] = {}  # longer spellings: used only without the plain name
     for col in frame.columns:
         key = _norm(col)
-        canon = _ALIASES.get(key) or _relaxed_name(col)
+        canon = _ALIASES.get(key)
         if canon is None:
             kind = next((k for k, (_, names) in _FALLBACKS.items() if key in names), None)
             if kind is not None:
                 fallback.setdefault(kind, col)
+            elif (spelled := _relaxed_name(col)) is not None:
+                relaxed.setdefault(spelled, []).append(col)
             continue
         if canon in found:
             raise DataError(
@@ -845,6 +852,15 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
                 "keep one"
             )
         found[canon] = col
+    for canon, cols in relaxed.items():
+        if canon in found:
+            continue
+        if len(cols) > 1:
+            raise DataError(
+                f"{label}: columns {str(cols[0])!r} and {str(cols[1])!r} both name {canon!r}; "
+                "keep one"
+            )
+        found[canon] = cols[0]
     for kind, (canon, _) in _FALLBACKS.items():
         if canon not in found and kind in fallback:
             found[canon] = fallback[kind]
@@ -934,6 +950,8 @@ _INSTRUMENT_WORDS = frozenset(
 _NOT_INSTRUMENT_WORDS = frozenset(
     {"day", "weekday", "week", "month", "regime", "period", "session", "exchange", "currency"}
     | {"unit", "units", "file", "source", "country", "sector", "industry", "condition", "type"}
+    | {"volume", "splits", "split", "cap", "size", "index", "count", "trades", "dividends"}
+    | {"interest", "status", "signal", "class"}
 )
 
 
@@ -949,6 +967,7 @@ def _instrument_column(
             str(col) not in taken
             and _INSTRUMENT_WORDS & words
             and not _NOT_INSTRUMENT_WORDS & words
+            and not pd.api.types.is_float_dtype(frame[col].dtype)  # a measurement, not an id
         ):
             values = frame[col] if rows is None else frame[col].iloc[rows]
             if values.dropna().astype(str).str.strip().nunique() > 1:
@@ -2064,8 +2083,11 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
                 f"increasing in time{hint}"
             )
     varying = _instrument_column(frame, known)
-    if varying is not None:
-        ids = frame[varying].astype(str).str.strip().to_numpy()
+    ids = None if varying is None else frame[varying].astype(str).str.strip().to_numpy()
+    changes = 0 if ids is None else int(np.count_nonzero(ids[1:] != ids[:-1]))
+    # Instruments one after another change a handful of times; a column that changes on many
+    # rows is something else (a status, a counter).
+    if ids is not None and 0 < changes <= max(10, n // 100):
         change = int(np.argmax(ids[1:] != ids[:-1])) + 1
         log.warning(
             "%s: column %r changes value at %s (%s to %s): if these are different instruments "
