@@ -277,7 +277,7 @@ def test_regime_oracle_goes_long_up_short_down_and_beats_buy_and_hold():
     above = TradingEnvConfig(window=5, cost_bps=1.01 * breakeven_bps, slippage_bps=0.0)
     assert bt.oracle_positions(reference, below)[0] == 1.0
     assert bt.oracle_positions(reference, above)[0] == 0.0
-    pricey = TradingEnvConfig(window=5, cost_bps=5000.0, slippage_bps=0.0)
+    pricey = TradingEnvConfig(window=5, cost_bps=4000.0, slippage_bps=0.0)
     assert bt.oracle_positions(reference, pricey) == {0: 0.0, 1: 0.0}
 
 

@@ -476,3 +476,14 @@ def test_n_envs_is_bounded_and_within_the_run_budget():
         ).hyperparameters.n_envs
         == 300
     )
+
+
+def test_a_data_file_with_a_synthetic_seed_is_refused(tmp_path):
+    from foxhunt.markets.synthetic import write_synthetic_csv
+    from foxhunt.runs import build_spec
+
+    path = tmp_path / "m.csv"
+    write_synthetic_csv(path, seed=1)
+    with pytest.raises(ConfigError, match=r"market.synthetic_seed applies to the synthetic"):
+        build_spec(data=str(path), overrides={"market.synthetic_seed": 5})
+    assert build_spec(data=str(path)).market.synthetic_seed == 0

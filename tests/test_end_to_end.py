@@ -181,6 +181,7 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None
     revised.to_csv(tmp_path / "revised.csv", index=False)
     again = foxhunt.evaluate_run(tmp_path / "run", data=tmp_path / "revised.csv", split="test")
     assert again["bars"] == grown["bars"]  # the spans stay as trained, not split again
+    assert "bars of the run's data" in caplog.text and "differ from when it trained" in caplog.text
     assert "in-sample" not in caplog.text  # the grown data's test span is after the trained bars
     # A file cut within the run's training span is split anew: its "test" span holds bars the
     # run trained on, which was reported as out of sample without a word.

@@ -143,3 +143,10 @@ def test_default_market_is_the_default_config():
     a = default_market(seed=3)
     assert len(a) == SyntheticMarketConfig().n_bars
     pd.testing.assert_frame_equal(a, generate_market(seed=3))
+
+
+def test_prepare_market_caps_regimes_as_the_cli_does():
+    df = generate_market(SyntheticMarketConfig(n_bars=600), seed=0)
+    for bad in (0, 17, 50, True):
+        with pytest.raises(ConfigError, match=r"n_regimes must be an integer in 1..16"):
+            prepare_market(df, train_end=400, n_regimes=bad)

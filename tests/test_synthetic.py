@@ -187,3 +187,17 @@ def test_regime_spec_validation():
 def test_negative_seed_rejected():
     with pytest.raises(ConfigError, match="seed"):
         generate_market(SMALL, seed=-1)
+
+
+def test_inputs_that_cannot_make_a_market_name_their_field():
+    """start=None blamed freq; a drift that takes prices past float range returned inf closes
+    with only NumPy's overflow warnings."""
+    with pytest.raises(ConfigError, match="start must be a timestamp, got None"):
+        SyntheticMarketConfig(start=None)  # type: ignore[arg-type]
+    steep = SyntheticMarketConfig(
+        regimes=(RegimeSpec("x", 0.5, 0.5),), transition=np.ones((1, 1)), n_bars=3000
+    )
+    with pytest.raises(
+        ConfigError, match=r"beyond float range by bar \d+ of 3000.*lower the drift"
+    ):
+        generate_market(steep, seed=0)

@@ -222,7 +222,7 @@ def test_bankruptcy_terminates_with_large_negative_reward():
         ({"positions": (1.0, 1.0)}, "distinct"),
         ({"cost_bps": -1.0}, "cost_bps"),
         ({"episode_length": 0}, "episode_length"),
-        ({"initial_position": 3}, "initial_position=3"),
+        ({"initial_position": 3}, r"initial_position: must be an index .* \(got 3\)"),
         ({"windw": 3}, "windw"),
     ],
 )
@@ -526,3 +526,13 @@ def test_a_dataframe_is_pointed_to_prepare_market() -> None:
         TradingEnv(df)  # type: ignore[arg-type]
     env = foxhunt.TradingEnv(foxhunt.prepare_market(df, train_end=300, n_regimes=2))
     check_env(env, skip_render_check=True)
+
+
+def test_a_mapping_is_taken_for_the_config():
+    market = make_market(n=60)
+    env = TradingEnv(market, {"cost_bps": 2.0, "window": 4})
+    assert env.config == TradingEnvConfig(cost_bps=2.0, window=4)
+    with pytest.raises(ConfigError, match=r"trading\.window"):
+        TradingEnv(market, {"window": 0})
+    with pytest.raises(ConfigError, match="config must be a TradingEnvConfig or a mapping"):
+        TradingEnv(market, 4)  # type: ignore[arg-type]

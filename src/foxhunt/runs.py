@@ -330,6 +330,11 @@ def build_spec(
         market_spec = MarketSpec(**market)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err, prefix="market.")) from None
+    if market_spec.data is not None and market_spec.synthetic_seed != 0:  # new runs only
+        raise ConfigError(
+            f"market.synthetic_seed applies to the synthetic market and does nothing with "
+            f"market.data {market_spec.data}, got: {market_spec.synthetic_seed} (drop one)"
+        )
     try:
         spec = RunSpec(
             env=env,
@@ -692,9 +697,13 @@ def continues_record(recorded: dict[str, Any], df: Any, now: dict[str, Any]) -> 
     times_kept, values_kept = _kept_bars(recorded, df, now)
     if times_kept and not values_kept:
         log.warning(
-            "values of the %d bars the run trained on were revised since (prices or volume, at "
-            "the same times); the spans stay as trained",
+            "the values of the %d bars of the run's data (%s to %s) differ from when it trained "
+            "(prices or volume, at the same times: a vendor's revision, or another series on "
+            "the same dates; only a hash was kept, so which bars changed is unknown); the spans "
+            "stay as trained, and the report is on this file's values",
             recorded["rows"],
+            recorded["first"],
+            recorded["last"],
         )
     return times_kept
 

@@ -16,6 +16,7 @@ through this env and a position series simulated there are accounted identically
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import gymnasium as gym
@@ -26,6 +27,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -49,8 +51,11 @@ def _one_line(exc: ValidationError, model: str) -> str:
     """Pydantic's multi-line report squeezed into the one line the CLI prints."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(model)"
+        loc = ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if not loc:  # a check across fields: its message names them and their values
+            parts.append(f"{model}: {msg}")
+            continue
         parts.append(f"{model}.{loc}: {msg} (got {err.get('input')!r})")
     return "; ".join(parts)
 
@@ -95,14 +100,22 @@ class TradingEnvConfig(BaseModel):
             raise ValueError("positions must be distinct")
         return tuple(float(p) for p in value)
 
+    @field_validator("initial_position")
+    @classmethod
+    def _check_initial_position(cls, value: int | None, info: ValidationInfo) -> int | None:
+        positions = info.data.get("positions")
+        if value is not None and positions is not None and not 0 <= value < len(positions):
+            raise ValueError(f"must be an index into positions (0..{len(positions) - 1})")
+        return value
+
     @model_validator(mode="after")
-    def _check_initial_position(self) -> TradingEnvConfig:
-        if self.initial_position is not None and not (
-            0 <= self.initial_position < len(self.positions)
-        ):
+    def _check_costs(self) -> TradingEnvConfig:
+        widest = max(self.positions) - min(self.positions)
+        if widest * self.cost_rate >= 1.0:
             raise ValueError(
-                f"initial_position={self.initial_position} is not an index into "
-                f"positions (0..{len(self.positions) - 1})"
+                f"cost_bps + slippage_bps = {self.cost_bps + self.slippage_bps:g} bps charges "
+                f"{widest * self.cost_rate:.0%} of equity for the widest position change "
+                f"({widest:g}): one trade would wipe the account out"
             )
         return self
 
@@ -212,11 +225,18 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
     def __init__(
         self,
         market: MarketArrays,
-        config: TradingEnvConfig | None = None,
+        config: TradingEnvConfig | Mapping[str, Any] | None = None,
         *,
         eval_mode: bool = False,
     ) -> None:
         super().__init__()
+        if isinstance(config, Mapping):  # {"cost_bps": 2}: the fields, validated as ever
+            config = TradingEnvConfig(**config)
+        elif config is not None and not isinstance(config, TradingEnvConfig):
+            raise ConfigError(
+                f"config must be a TradingEnvConfig or a mapping of its fields, got: "
+                f"{type(config).__name__}"
+            )
         self.config = config if config is not None else TradingEnvConfig()
         self.eval_mode = eval_mode
         validate_market(market, self.config.window)

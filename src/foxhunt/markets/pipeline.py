@@ -73,8 +73,9 @@ def prepare_market(
         raise ConfigError(
             f"detector must be one of {', '.join(repr(d) for d in DETECTORS)}, got {detector!r}"
         )
-    if isinstance(n_regimes, bool) or not isinstance(n_regimes, int) or n_regimes < 1:
-        raise ConfigError(f"n_regimes must be a positive integer, got {n_regimes!r}")
+    if isinstance(n_regimes, bool) or not isinstance(n_regimes, int) or not 1 <= n_regimes <= 16:
+        # 16, as market.n_regimes: more states than that fit noise on a few thousand bars.
+        raise ConfigError(f"n_regimes must be an integer in 1..16, got {n_regimes!r}")
     if not isinstance(df, pd.DataFrame):
         raise DataError(f"<{type(df).__name__}>: prepare_market expects a pandas DataFrame")
     attrs = dict(df.attrs)

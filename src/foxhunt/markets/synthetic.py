@@ -177,7 +177,8 @@ class SyntheticMarketConfig:
                 f"initial_regime must be None or in [0, {k}), got {self.initial_regime!r}"
             )
         try:
-            pd.Timestamp(self.start)
+            if pd.isna(pd.Timestamp(self.start)):  # None, "NaT": no time to start from
+                raise ValueError(self.start)
         except (ValueError, TypeError):
             raise ConfigError(f"start must be a timestamp, got {self.start!r}") from None
         try:
@@ -274,6 +275,14 @@ def generate_market(config: SyntheticMarketConfig | None = None, *, seed: int = 
     bar_ret = rel_path[:, -1]
     prev_close = log_start + np.concatenate([[0.0], np.cumsum(bar_ret)[:-1]])
     path = prev_close[:, None] + rel_path
+    # exp() of a log price beyond +-700 is inf or 0: a drift of 0.5 a bar over 3 000 bars.
+    beyond = np.abs(path).max(axis=1) > 700.0
+    if beyond.any():
+        raise ConfigError(
+            f"the regimes' drift and volatility take the price beyond float range by bar "
+            f"{int(np.argmax(beyond))} of {n} (log price {float(path[np.argmax(beyond)][0]):.4g}):"
+            " lower the drift (a mean log return per bar) or n_bars"
+        )
 
     # Volume: busier in volatile regimes and on big moves, with lognormal noise.
     ref_vol = float(cfg.stationary_distribution() @ vol)
