@@ -325,8 +325,9 @@ def test_parse_override_refuses_empty_values_and_broken_yaml() -> None:
         key = item.split("=")[0]
         with pytest.raises(ConfigError) as info:
             parse_override(item)
-        assert str(info.value) == (
-            f"--set {key}= has an empty value; write {key}=null to unset it explicitly"
+        assert str(info.value).startswith(
+            f"--set {key}= has an empty value; give a value, or {key}=null where the "
+            "setting may be unset"
         )
     for raw in ("[64,", "{a: 1", "[1, 2]]"):
         with pytest.raises(ConfigError) as info:
@@ -487,3 +488,34 @@ def test_a_data_file_with_a_synthetic_seed_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"market.synthetic_seed applies to the synthetic"):
         build_spec(data=str(path), overrides={"market.synthetic_seed": 5})
     assert build_spec(data=str(path)).market.synthetic_seed == 0
+
+
+def test_section_typos_and_shapes_are_named(tmp_path):
+    """An unknown key in a config file's trading or market section names the file and the
+    likely key; a scalar where a list goes says list; random_start takes booleans only."""
+    from foxhunt.runs import build_spec
+
+    cfg = tmp_path / "run.yaml"
+    for body, needle in (
+        (
+            "trading:\n  cost_bsp: 2\n",
+            "run.yaml: unknown setting trading.cost_bsp (value 2); did you mean 'cost_bps'?",
+        ),
+        (
+            "market:\n  detecter: hmm\n",
+            "run.yaml: unknown setting market.detecter (value 'hmm'); did you mean 'detector'?",
+        ),
+    ):
+        cfg.write_text(body)
+        with pytest.raises(ConfigError) as info:
+            build_spec(config_file=str(cfg))
+        assert needle in str(info.value)
+    for key, value, needle in (
+        ("market.test_fraction", 0.1, "known: data, detector, features"),
+        ("trading.positions", 1, "trading.positions: must be a list such as [0.0, 1.0]"),
+        ("market.features", "abc", "market.features must be a list"),
+        ("trading.random_start", 0.0, "trading.random_start: must be true or false (got 0.0)"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            build_spec(overrides={key: value})
+        assert needle in str(info.value), str(info.value)

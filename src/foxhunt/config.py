@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -106,8 +107,22 @@ def python_scalars(value: Any) -> Any:
     return value
 
 
-def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
-    """Turn pydantic's multi-line report into one line per problem, naming field and value."""
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for a misspelt field, else the known fields (a short list)."""
+    import difflib
+
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; known: {', '.join(known)}" if len(known) <= 12 else ""
+
+
+def _format_validation_error(
+    err: ValidationError, prefix: str = "", known: Iterable[str] | None = None
+) -> str:
+    """Turn pydantic's multi-line report into one line per problem, naming field and value
+    (``known``: the fields an unknown one is compared with)."""
     parts: list[str] = []
     for e in err.errors(include_url=False):
         field = prefix + (".".join(str(p) for p in e["loc"]) or "hyperparameters")
@@ -139,6 +154,10 @@ def _format_validation_error(err: ValidationError, prefix: str = "") -> str:
         elif kind == "extra_forbidden":
             what = "setting" if prefix else "hyperparameter"
             msg = f"unknown {what} {field!r} (value {value!r})"
+            if known is not None:
+                msg += did_you_mean(str(e["loc"][-1]), known)
+        elif kind in ("tuple_type", "list_type"):
+            msg = f"{field} must be a list ([a, b] in YAML), got: {value!r}"
         elif kind == "value_error":
             msg = str(ctx.get("error", e["msg"]))
         else:
@@ -517,7 +536,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not raw.strip():
         # An empty value used to mean None, silently disabling e.g. gradient clipping.
         raise ConfigError(
-            f"--set {key}= has an empty value; write {key}=null to unset it explicitly"
+            f"--set {key}= has an empty value; give a value, or {key}=null where the "
+            "setting may be unset (max_grad_norm=null: no clipping)"
         )
     try:
         value = yaml.load(raw, Loader=_YamlLoader)

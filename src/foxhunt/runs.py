@@ -35,6 +35,7 @@ from foxhunt.config import (
     RUN_KEYS,
     DQNHyperparameters,
     _format_validation_error,
+    did_you_mean,
     load_config_dict,
 )
 from foxhunt.envs.trading import TradingEnvConfig
@@ -261,6 +262,7 @@ def build_spec(
                 # Relative to the config file, so the run does not depend on the working dir.
                 resolved = str((Path(config_file).parent / data_in_file).resolve())
                 file_run["market"] = {**file_run["market"], "data": resolved}
+        _check_section_keys(file_run, config_file)
     if env is None:
         env = file_run.get("env")
     if env is not None and data is not None:
@@ -329,7 +331,8 @@ def build_spec(
     try:
         market_spec = MarketSpec(**market)
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err, prefix="market.")) from None
+        known = MarketSpec.model_fields
+        raise ConfigError(_format_validation_error(err, prefix="market.", known=known)) from None
     if market_spec.data is not None and market_spec.synthetic_seed != 0:  # new runs only
         raise ConfigError(
             f"market.synthetic_seed applies to the synthetic market and does nothing with "
@@ -354,6 +357,22 @@ def build_spec(
     if trading:
         spec.trading_config()  # validate now, before anything is written
     return spec
+
+
+def _check_section_keys(file_run: dict[str, Any], config_file: str | Path) -> None:
+    """An unknown key in a config file's market or trading section, named with the file (an
+    override given later could not fix it, unlike a value)."""
+    for section, model in (("market", MarketSpec), ("trading", TradingEnvConfig)):
+        body = file_run.get(section)
+        if not isinstance(body, dict):
+            continue
+        unknown = sorted(str(k) for k in body if k not in model.model_fields)
+        if unknown:
+            hint = did_you_mean(unknown[0], model.model_fields)
+            raise ConfigError(
+                f"{config_file}: unknown setting {section}.{unknown[0]} (value "
+                f"{body[unknown[0]]!r}){hint}"
+            )
 
 
 def load_spec(run_dir: Path) -> RunSpec:

@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from foxhunt.config import python_scalars
+from foxhunt.config import did_you_mean, python_scalars
 from foxhunt.errors import ConfigError, DataError, EnvironmentStepError
 from foxhunt.markets.arrays import MarketArrays
 
@@ -56,6 +56,14 @@ def _one_line(exc: ValidationError, model: str) -> str:
         if not loc:  # a check across fields: its message names them and their values
             parts.append(f"{model}: {msg}")
             continue
+        if err["type"] == "extra_forbidden":
+            hint = did_you_mean(loc, TradingEnvConfig.model_fields)
+            parts.append(f"unknown setting {model}.{loc} (value {err.get('input')!r}){hint}")
+            continue
+        if err["type"] in ("tuple_type", "list_type"):
+            msg = "must be a list such as [0.0, 1.0]"
+        elif err["type"] in ("bool_type", "bool_parsing"):
+            msg = "must be true or false"
         parts.append(f"{model}.{loc}: {msg} (got {err.get('input')!r})")
     return "; ".join(parts)
 
@@ -76,7 +84,7 @@ class TradingEnvConfig(BaseModel):
     """Slippage per unit of position changed, in basis points; charged exactly like cost."""
     episode_length: Annotated[int, Strict()] | None = Field(256, ge=1)
     """Steps per training episode; None (or longer than the span) = the whole span."""
-    random_start: bool = True
+    random_start: Annotated[bool, Strict()] = True
     """Training episodes start at a random bar (seeded by ``reset(seed=...)``); else the first."""
     initial_position: Annotated[int, Strict()] | None = None
     """Index into ``positions`` held before the first step; None = flat (or the smallest |p|)."""
