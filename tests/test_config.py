@@ -499,11 +499,11 @@ def test_section_typos_and_shapes_are_named(tmp_path):
     for body, needle in (
         (
             "trading:\n  cost_bsp: 2\n",
-            "run.yaml: unknown setting trading.cost_bsp (value 2); did you mean 'cost_bps'?",
+            "run.yaml: unknown setting 'trading.cost_bsp' (value 2); did you mean 'cost_bps'?",
         ),
         (
             "market:\n  detecter: hmm\n",
-            "run.yaml: unknown setting market.detecter (value 'hmm'); did you mean 'detector'?",
+            "run.yaml: unknown setting 'market.detecter' (value 'hmm'); did you mean 'detector'?",
         ),
     ):
         cfg.write_text(body)
@@ -514,8 +514,25 @@ def test_section_typos_and_shapes_are_named(tmp_path):
         ("market.test_fraction", 0.1, "known: data, detector, features"),
         ("trading.positions", 1, "trading.positions: must be a list such as [0.0, 1.0]"),
         ("market.features", "abc", "market.features must be a list"),
-        ("trading.random_start", 0.0, "trading.random_start: must be true or false (got 0.0)"),
+        ("trading.random_start", 0.0, "trading.random_start must be true or false, got: 0.0"),
     ):
         with pytest.raises(ConfigError) as info:
             build_spec(overrides={key: value})
         assert needle in str(info.value), str(info.value)
+
+
+def test_a_recorded_run_with_settings_new_runs_refuse_still_loads(tmp_path):
+    """random_start stored as 0.0, or costs that wipe out the account on one trade, were
+    accepted before: such a run directory must still evaluate and resume."""
+    from foxhunt.runs import RunSpec
+
+    spec = RunSpec(
+        trading={
+            "random_start": 0.0,
+            "cost_bps": 500.0,
+            "slippage_bps": 500.0,
+            "positions": [-5.0, 5.0],
+        }
+    )
+    config = spec.trading_config()
+    assert config.random_start is False and config.cost_rate == 0.1

@@ -31,11 +31,7 @@ def _market(close: list[float], regimes: list[int] | None = None) -> MarketArray
 # cost_rate 0.5 (5000 bps); moving 0 -> 5 costs 2.5 x equity (keep = 1 - 2.5 = -1.5); the bar
 # falls 30% so the 5x position makes 1 + 5 x (-0.3) = -0.5. The product (+0.75) looked like a
 # 25% loss; either factor <= 0 means nothing is left.
-# TradingEnvConfig now refuses costs that wipe out the account on one trade; the arithmetic
-# behind it must still hold (a config built without validation, as a subclass or old code could).
-COSTLY = TradingEnvConfig.model_construct(
-    window=1, cost_bps=5000.0, slippage_bps=0.0, positions=(0.0, 5.0)
-)
+COSTLY = TradingEnvConfig(window=1, cost_bps=5000.0, slippage_bps=0.0, positions=(0.0, 5.0))
 CLOSE = [100.0, 100.0, 70.0, 70.0, 70.0, 70.0]
 
 
@@ -48,12 +44,17 @@ def test_step_growth_is_zero_when_either_factor_is_not_positive():
     assert step_growth(0.0, 1.0, 0.1, 0.01)[1] == pytest.approx(0.99 * 1.1)
 
 
-def test_costs_that_wipe_out_the_account_on_one_trade_are_refused():
+def test_costs_that_wipe_out_the_account_on_one_trade_are_refused_for_new_runs():
+    """A new run refuses them; a run directory recorded before the check still loads (its
+    config builds), and the arithmetic below still holds for it."""
+    from foxhunt.runs import build_spec
+
     with pytest.raises(ConfigError, match=r"charges 250% of equity .* one trade would wipe"):
-        TradingEnvConfig(window=1, cost_bps=5000.0, slippage_bps=0.0, positions=(0.0, 5.0))
+        COSTLY.check_new()
     with pytest.raises(ConfigError, match=r"= 10001 bps charges 200% of equity"):
-        TradingEnvConfig(cost_bps=1e4)  # short to long: a change of 2
-    assert TradingEnvConfig(cost_bps=4000.0, positions=(0.0, 1.0)).cost_rate == 0.4001
+        build_spec(overrides={"trading.cost_bps": 1e4})  # short to long: a change of 2
+    assert build_spec(overrides={"trading.cost_bps": 4000.0, "trading.positions": [0.0, 1.0]})
+    assert TradingEnvConfig(cost_bps=1e4).cost_rate == 1.0001  # an old run's settings build
     with pytest.raises(ConfigError, match=r"trading.initial_position: must be an index into "):
         TradingEnvConfig(initial_position=3)
 

@@ -333,7 +333,9 @@ def build_spec(
     except ValidationError as err:
         known = MarketSpec.model_fields
         raise ConfigError(_format_validation_error(err, prefix="market.", known=known)) from None
-    if market_spec.data is not None and market_spec.synthetic_seed != 0:  # new runs only
+    # --set market.synthetic_seed with a data file: the seed would do nothing. (A config file
+    # may hold both: a walk-forward fold's records its parent's seed beside its data.)
+    if market_spec.data is not None and "synthetic_seed" in market_over:
         raise ConfigError(
             f"market.synthetic_seed applies to the synthetic market and does nothing with "
             f"market.data {market_spec.data}, got: {market_spec.synthetic_seed} (drop one)"
@@ -355,7 +357,11 @@ def build_spec(
             "step takes a step in every env"
         )
     if trading:
-        spec.trading_config()  # validate now, before anything is written
+        config = spec.trading_config()  # validate now, before anything is written
+        config.check_new()
+        given = spec.trading.get("random_start", True)
+        if not isinstance(given, bool):  # lax for recorded runs, which stored 0.0 as written
+            raise ConfigError(f"trading.random_start must be true or false, got: {given!r}")
     return spec
 
 
@@ -370,7 +376,7 @@ def _check_section_keys(file_run: dict[str, Any], config_file: str | Path) -> No
         if unknown:
             hint = did_you_mean(unknown[0], model.model_fields)
             raise ConfigError(
-                f"{config_file}: unknown setting {section}.{unknown[0]} (value "
+                f"{config_file}: unknown setting '{section}.{unknown[0]}' (value "
                 f"{body[unknown[0]]!r}){hint}"
             )
 

@@ -29,7 +29,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from foxhunt.config import did_you_mean, python_scalars
@@ -58,7 +57,7 @@ def _one_line(exc: ValidationError, model: str) -> str:
             continue
         if err["type"] == "extra_forbidden":
             hint = did_you_mean(loc, TradingEnvConfig.model_fields)
-            parts.append(f"unknown setting {model}.{loc} (value {err.get('input')!r}){hint}")
+            parts.append(f"unknown setting '{model}.{loc}' (value {err.get('input')!r}){hint}")
             continue
         if err["type"] in ("tuple_type", "list_type"):
             msg = "must be a list such as [0.0, 1.0]"
@@ -84,7 +83,7 @@ class TradingEnvConfig(BaseModel):
     """Slippage per unit of position changed, in basis points; charged exactly like cost."""
     episode_length: Annotated[int, Strict()] | None = Field(256, ge=1)
     """Steps per training episode; None (or longer than the span) = the whole span."""
-    random_start: Annotated[bool, Strict()] = True
+    random_start: bool = True
     """Training episodes start at a random bar (seeded by ``reset(seed=...)``); else the first."""
     initial_position: Annotated[int, Strict()] | None = None
     """Index into ``positions`` held before the first step; None = flat (or the smallest |p|)."""
@@ -116,16 +115,16 @@ class TradingEnvConfig(BaseModel):
             raise ValueError(f"must be an index into positions (0..{len(positions) - 1})")
         return value
 
-    @model_validator(mode="after")
-    def _check_costs(self) -> TradingEnvConfig:
+    def check_new(self) -> None:
+        """Checks for a new run's settings only (a run directory recorded before them must
+        still load): costs that take all the equity on one trade."""
         widest = max(self.positions) - min(self.positions)
         if widest * self.cost_rate >= 1.0:
-            raise ValueError(
-                f"cost_bps + slippage_bps = {self.cost_bps + self.slippage_bps:g} bps charges "
-                f"{widest * self.cost_rate:.0%} of equity for the widest position change "
-                f"({widest:g}): one trade would wipe the account out"
+            raise ConfigError(
+                f"trading: cost_bps + slippage_bps = {self.cost_bps + self.slippage_bps:g} bps "
+                f"charges {widest * self.cost_rate:.0%} of equity for the widest position "
+                f"change ({widest:g}): one trade would wipe the account out"
             )
-        return self
 
     @property
     def cost_rate(self) -> float:
@@ -239,6 +238,9 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
     ) -> None:
         super().__init__()
         if isinstance(config, Mapping):  # {"cost_bps": 2}: the fields, validated as ever
+            odd = [k for k in config if not isinstance(k, str)]
+            if odd:
+                raise ConfigError(f"config keys must be field names, got: {odd[0]!r}")
             config = TradingEnvConfig(**config)
         elif config is not None and not isinstance(config, TradingEnvConfig):
             raise ConfigError(

@@ -275,13 +275,15 @@ def generate_market(config: SyntheticMarketConfig | None = None, *, seed: int = 
     bar_ret = rel_path[:, -1]
     prev_close = log_start + np.concatenate([[0.0], np.cumsum(bar_ret)[:-1]])
     path = prev_close[:, None] + rel_path
-    # exp() of a log price beyond +-700 is inf or 0: a drift of 0.5 a bar over 3 000 bars.
-    beyond = np.abs(path).max(axis=1) > 700.0
+    hi, lo = path.max(axis=1), path.min(axis=1)
+    # exp() overflows above a log price of 709.78 and reaches 0 below -745: inf or 0 prices.
+    beyond = (hi > 709.0) | (lo < -745.0)
     if beyond.any():
+        i = int(np.argmax(beyond))
+        crossed = float(hi[i] if hi[i] > 709.0 else lo[i])
         raise ConfigError(
-            f"the regimes' drift and volatility take the price beyond float range by bar "
-            f"{int(np.argmax(beyond))} of {n} (log price {float(path[np.argmax(beyond)][0]):.4g}):"
-            " lower the drift (a mean log return per bar) or n_bars"
+            f"the market's prices leave float range at bar {i} of {n} (log price {crossed:.4g}):"
+            " lower start_price, the regimes' drift (a mean log return per bar) or n_bars"
         )
 
     # Volume: busier in volatile regimes and on big moves, with lognormal noise.
@@ -299,8 +301,8 @@ def generate_market(config: SyntheticMarketConfig | None = None, *, seed: int = 
     frame = pd.DataFrame(
         {
             "open": np.exp(path[:, 0]),
-            "high": np.exp(path.max(axis=1)),
-            "low": np.exp(path.min(axis=1)),
+            "high": np.exp(hi),
+            "low": np.exp(lo),
             "close": np.exp(path[:, -1]),
             "volume": volume,
             "regime": regime,
