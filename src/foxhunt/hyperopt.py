@@ -257,9 +257,7 @@ def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | Non
             "a search in one process"
         )
     try:
-        if storage.startswith("journal:"):
-            path = storage[len("journal:") :]
-            path = path[2:] if path.startswith("//") else path
+        if (path := _journal_path(storage)) is not None:
             if not path:
                 raise ValueError("journal storage needs a file path (journal:PATH)")
             return JournalStorage(JournalFileBackend(path))
@@ -302,6 +300,14 @@ def _storage_reason(err: BaseException, storage: str | None) -> str:
     if isinstance(err, optuna.exceptions.StorageInternalError):
         reason = f"{reason.rstrip('.')}; is the database read-only?"
     return reason
+
+
+def _journal_path(storage: str) -> str | None:
+    """The file of a ``journal:PATH`` (or ``journal://PATH``) storage; None for other URLs."""
+    if not storage.startswith("journal:"):
+        return None
+    path = storage[len("journal:") :]
+    return path[2:] if path.startswith("//") else path
 
 
 _OPEN_ATTEMPTS = 6
@@ -486,9 +492,7 @@ def _canonical(storage: str) -> str:
     import sqlalchemy.exc
     from sqlalchemy.engine import make_url
 
-    if storage.startswith("journal:"):
-        path = storage[len("journal:") :]
-        path = path[2:] if path.startswith("//") else path
+    if (path := _journal_path(storage)) is not None:
         return "journal:" + str(Path(path).resolve())  # no ~: Optuna does not expand it either
     try:
         url = make_url(storage)

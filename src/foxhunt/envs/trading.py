@@ -50,11 +50,8 @@ def _one_line(exc: ValidationError, model: str) -> str:
     """Pydantic's multi-line report squeezed into the one line the CLI prints."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
+        loc = ".".join(str(p) for p in err["loc"]) or "(model)"
         msg = str(err["msg"]).removeprefix("Value error, ")
-        if not loc:  # a check across fields: its message names them and their values
-            parts.append(f"{model}: {msg}")
-            continue
         if err["type"] == "extra_forbidden":
             hint = did_you_mean(loc, TradingEnvConfig.model_fields)
             parts.append(f"unknown setting '{model}.{loc}' (value {err.get('input')!r}){hint}")

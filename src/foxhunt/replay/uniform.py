@@ -59,11 +59,10 @@ class ReplayBuffer:
                 raise ConfigError(f"obs_scale must be a finite number > 0, got: {obs_scale!r}")
             obs_dtype = torch.uint8
             self.obs_scale = self._pixel_scale
-            scale32 = np.float32(self._pixel_scale)
-            self._scale32 = scale32
+            self._scale32 = np.float32(self._pixel_scale)
             self._inverse32 = np.float32(1.0 / self._pixel_scale)
             # A CPU scalar: it multiplies CPU and CUDA tensors alike.
-            self._scale = torch.tensor(scale32, dtype=torch.float32)
+            self._scale = torch.tensor(self._scale32, dtype=torch.float32)
         kw: dict[str, Any] = dict(device=self.device)
         try:
             self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
@@ -152,14 +151,18 @@ class ReplayBuffer:
         """Observations as their uint8 levels, or None unless every value is exactly a level
         times the scale in float32 (what :class:`~foxhunt.envs.gym_envs.PixelObservation`
         gives; a near miss, -0.0 or NaN would not come back bit for bit)."""
+        _, levels, exact = self._levels(values)
+        return levels if exact.all() else None
+
+    def _levels(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``values`` as float32, their nearest uint8 levels, and where a level times the scale
+        gives the value back bit for bit."""
         assert self._pixel_scale is not None
         v = np.asarray(values, dtype=np.float32)
-        with np.errstate(invalid="ignore", over="ignore"):  # out of range: caught below
+        with np.errstate(invalid="ignore", over="ignore"):  # out of range: not exact below
             levels = (v * self._inverse32 + np.float32(0.5)).astype(np.uint8)
         back = levels.astype(np.float32) * self._scale32
-        if not np.array_equal(back.view(np.uint32), v.view(np.uint32)):
-            return None
-        return levels
+        return v, levels, back.view(np.uint32) == v.view(np.uint32)
 
     def _use_levels(self, levels: bool, *, convert: bool = False) -> None:
         """Hold observations as uint8 levels or as float32 (reallocated when the mode changes;
@@ -181,12 +184,8 @@ class ReplayBuffer:
     def _store_floats(self, values: np.ndarray) -> None:
         """Turn level storage into float32 for good, values kept: a wrapper after the pixel
         scaling handed over values that are not exactly levels."""
-        assert self._pixel_scale is not None
-        v = np.asarray(values, dtype=np.float32).ravel()
-        with np.errstate(invalid="ignore", over="ignore"):
-            levels = (v * self._inverse32 + np.float32(0.5)).astype(np.uint8)
-        back = levels.astype(np.float32) * self._scale32
-        bad = v[back.view(np.uint32) != v.view(np.uint32)]
+        v, _, exact = self._levels(values)
+        bad = v[~exact]
         log.warning(
             "replay stores observations as float32 from now on (4x the memory): observation "
             "value %r is not a 0-255 pixel level times %g (a wrapper changed the scaled pixels)",
