@@ -462,6 +462,9 @@ def test_evaluation_options_that_do_not_apply_are_refused(tmp_path: Path) -> Non
     assert check(trading_spec, tmp_path, data="x.csv", split="all", episodes=None) == 10
     with pytest.raises(ConfigError, match=r"--split applies to trading runs; .* got: 'validation'"):
         check(gym_spec, tmp_path, data=None, split="validation", episodes=None)
+    # A Path from Python is named as the user wrote it, not as PosixPath('x.csv').
+    with pytest.raises(ConfigError, match=r"--data applies to trading runs; .* got: 'x.csv'$"):
+        check(gym_spec, tmp_path, data=Path("x.csv"), split=None, episodes=None)
     with pytest.raises(ConfigError, match=r"--episodes applies to Gymnasium runs; .* is a trading"):
         check(trading_spec, tmp_path, data=None, split=None, episodes=3)
     with pytest.raises(ConfigError, match="episodes must be a positive integer, got: 0"):

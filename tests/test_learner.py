@@ -562,6 +562,13 @@ def test_split_sizes_and_batch_split(batch_factory) -> None:
         assert torch.equal(getattr(back, name), getattr(batch, name))
     with pytest.raises(ValueError, match="must be positive and sum to 10"):
         batch.split([5, 4])
+    # Optional fields are set in every part or in none: dropping some parts' importance weights
+    # would silently change the reference loss.
+    weighted = parts[1].with_weights(torch.ones(3))
+    assert Batch.cat([parts[0].with_weights(torch.ones(4)), weighted]).weights.shape == (7,)
+    for mixed in ([parts[0], weighted], [weighted, parts[0]]):
+        with pytest.raises(ValueError, match="field 'weights' is None in batch"):
+            Batch.cat(mixed)
 
 
 def test_compile_failure_falls_back_to_eager_with_a_warning(

@@ -68,16 +68,24 @@ class Batch:
 
     @staticmethod
     def cat(batches: Sequence[Batch]) -> Batch:
-        """Concatenate batches (used to build reference big batches in tests and DDP checks)."""
-        first = batches[0]
-        return Batch(
-            **{
-                f.name: None
-                if getattr(first, f.name) is None
-                else torch.cat([getattr(b, f.name) for b in batches])
-                for f in fields(first)
-            }
-        )
+        """Concatenate batches (used to build reference big batches in tests and DDP checks).
+
+        An optional field (weights, regime ids) must be set in all of them or in none: dropping
+        some batches' importance weights would silently change the loss the reference computes.
+        """
+        if not batches:
+            raise ValueError("Batch.cat needs at least one batch")
+        out: dict[str, torch.Tensor | None] = {}
+        for f in fields(batches[0]):
+            values = [getattr(b, f.name) for b in batches]
+            present = [v is not None for v in values]
+            if any(present) and not all(present):
+                raise ValueError(
+                    f"Batch.cat: field {f.name!r} is None in batch {present.index(False)} "
+                    f"but set in batch {present.index(True)}; set it in all or none"
+                )
+            out[f.name] = torch.cat(values) if all(present) else None
+        return Batch(**out)  # type: ignore[arg-type]
 
 
 def split_sizes(total: int, parts: int) -> list[int]:

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -1140,7 +1141,7 @@ def _env_interface(meta: dict[str, Any], meta_path: Path, dims: dict[str, int]) 
     return EnvInterface(None if one_hot is None else (one_hot[0], one_hot[1]), start, scale)
 
 
-def model_policy(agent: Any):  # type: ignore[no-untyped-def]
+def model_policy(agent: Any) -> Callable[[Any], int]:
     """A greedy ``obs -> action`` function for backtests (noise off)."""
     agent.online_net.eval()
 

@@ -777,7 +777,12 @@ def _model_fits(agent: DQNAgent, run_dir: Path) -> Callable[[Any, str], None]:
 
 
 def check_evaluation_options(
-    spec: RunSpec, run_dir: Path, *, data: str | None, split: str | None, episodes: int | None
+    spec: RunSpec,
+    run_dir: Path,
+    *,
+    data: str | Path | None,
+    split: str | None,
+    episodes: int | None,
 ) -> int:
     """Refuse evaluation options that do not apply to this run; the episode count to use."""
     if spec.is_trading:
@@ -787,7 +792,8 @@ def check_evaluation_options(
         applies, kind = "trading runs", f"trained on {spec.env!r}"
     for name, value in given.items():
         if value is not None:
-            raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {value!r}")
+            shown = str(value) if isinstance(value, Path) else value  # as the user wrote it
+            raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {shown!r}")
     if episodes is None:
         return 10
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:

@@ -47,7 +47,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree = SumTree(capacity)
         self.max_priority = 1.0  # stored as p^alpha-free "raw" priority
 
-    def add(self, obs, actions, rewards, next_obs, dones, discounts) -> np.ndarray:  # type: ignore[no-untyped-def,override]
+    def add(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        next_obs: np.ndarray,
+        dones: np.ndarray,
+        discounts: np.ndarray,
+    ) -> np.ndarray:
         """Store transitions; new ones enter with the current maximum priority."""
         slots = super().add(obs, actions, rewards, next_obs, dones, discounts)
         self.tree.update(slots, np.full(len(slots), self.max_priority**self.alpha))
