@@ -104,6 +104,18 @@ def test_degenerate_inputs():
         bt.total_return([0.0, float("nan")])
     with pytest.raises(DataError, match="length"):
         bt.hit_rate([1.0], [0.1, 0.2])
+    # A NaN position would count as held and make turnover NaN: refused like a NaN return.
+    with pytest.raises(DataError, match="positions: index 0 is not finite"):
+        bt.turnover([float("nan"), 1.0, 0.0])
+    with pytest.raises(DataError, match="positions: index 0 is not finite"):
+        bt.exposure([math.inf, 0.0, 0.0])
+    with pytest.raises(DataError, match="positions: index 1 is not finite"):
+        bt.compute_metrics([0.1, 0.2], [1.0, float("nan")])
+    for bad in (float("nan"), math.inf, True, "0"):
+        with pytest.raises(DataError, match="initial_position must be a finite number"):
+            bt.turnover([1.0, 0.0], initial_position=bad)
+        with pytest.raises(DataError, match="initial_position must be a finite number"):
+            bt.compute_metrics([0.1, 0.2], [1.0, 0.0], initial_position=bad)
 
 
 # --- accounting shared with the env ----------------------------------------------------------
@@ -410,6 +422,17 @@ def test_periods_per_year_is_read_from_the_timestamps():
     around_the_clock = pd.date_range("2024-03-04", periods=3 * 1440, freq="min").to_numpy()
     assert infer_periods_per_year(around_the_clock) == pytest.approx(365.25 * 24 * 60)
     assert infer_periods_per_year(np.arange(10)) == 252.0  # no timestamps: the default
+    # A time-zone-aware index or Series (an object array to numpy) and descending timestamps
+    # read the same rate; they used to fall back to 252 and annualise hourly bars as daily.
+    hourly = pd.date_range("2024-01-01", periods=24 * 30, freq="h")
+    for ts in (
+        hourly.tz_localize("UTC"),
+        pd.Series(hourly.tz_localize("UTC")),
+        hourly.tz_localize("UTC").tz_convert("America/New_York"),
+        hourly.to_numpy()[::-1],
+        list(hourly.to_pydatetime()),
+    ):
+        assert infer_periods_per_year(ts) == pytest.approx(24 * 365.25), type(ts)
 
 
 def _sessions(days, freq: str) -> np.ndarray:
@@ -481,9 +504,19 @@ def test_metric_functions_refuse_a_meaningless_year_and_survive_huge_growth():
 
     r = [0.01, -0.02, 0.03]
     for bad in (-1, 0, math.nan, math.inf, True, "252"):
-        for fn in (bt.sharpe, bt.sortino, bt.annualised_volatility, bt.annualised_return):
+        for fn in (
+            bt.sharpe,
+            bt.sortino,
+            bt.annualised_volatility,
+            bt.annualised_return,
+            bt.calmar,
+        ):
             with pytest.raises(ConfigError, match="periods_per_year must be a positive number"):
                 fn(r, periods_per_year=bad)
+            # Also where the ratio is undefined (one bar, no dispersion, no drawdown).
+            for degenerate in ([0.1], [0.1, 0.1]):
+                with pytest.raises(ConfigError, match="periods_per_year"):
+                    fn(degenerate, periods_per_year=bad)
         with pytest.raises(ConfigError, match="periods_per_year"):
             bt.compute_metrics(r, [1, 1, 1], periods_per_year=bad)
     # A 1000-fold log return is growth past float range, not an OverflowError.

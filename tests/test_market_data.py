@@ -578,6 +578,16 @@ def test_decimal_mark_is_decided_from_the_whole_file(tmp_path):
         "2020-01-03\t11.0\t11.5\t10.9\t11.2\t1.234K\n"
     )
     assert load_ohlcv(write(tmp_path, tab_dot))["volume"].tolist() == [164500.0, 1234.0]
+    # Four digits before the mark rule out a thousands group (it holds at most three): 1100,125
+    # is a decimal comma (it was refused as non-numeric) and 1100.125 a decimal point.
+    for mark, sep in ((",", "\t"), (".", ";")):
+        four = (
+            f"Date{sep}Open{sep}High{sep}Low{sep}Close\n"
+            f"2020-01-02{sep}1100{mark}125{sep}1101{mark}250{sep}1099{mark}500{sep}1100{mark}750\n"
+            f"2020-01-03{sep}1101{mark}125{sep}1102{mark}250{sep}1100{mark}500{sep}1101{mark}750\n"
+        )
+        df = load_ohlcv(write(tmp_path, four, "four.csv"))
+        assert df["open"].tolist() == [1100.125, 1101.125], (mark, sep)
     mixed = (
         "Date;Open;High;Low;Close\n2020-01-02;109.123;109.5;108.9;109.2\n"
         "2020-01-03;109,2;109,6;109,0;109,4\n"

@@ -66,7 +66,19 @@ def _positions(positions: Any, n: int | None = None) -> np.ndarray:
         raise DataError("positions: empty array; metrics need at least one bar")
     if n is not None and p.size != n:
         raise DataError(f"positions: length {p.size} != {n} returns")
+    if not np.isfinite(p).all():  # a NaN would count as held and turn turnover into NaN
+        raise DataError(f"positions: index {int(np.flatnonzero(~np.isfinite(p))[0])} is not finite")
     return p
+
+
+def _initial(initial_position: Any) -> float:
+    """The position held before the first bar: a finite number (its move is the first trade)."""
+    ok = isinstance(initial_position, int | float | np.number) and not isinstance(
+        initial_position, bool
+    )
+    if not (ok and math.isfinite(initial_position)):
+        raise DataError(f"initial_position must be a finite number, got: {initial_position!r}")
+    return float(initial_position)
 
 
 def _ppy(periods_per_year: float) -> float:
@@ -111,11 +123,11 @@ def sharpe(log_returns: Any, periods_per_year: float = 252) -> float:
 
     0.0 when the returns have no dispersion (e.g. always flat) or there is a single bar.
     """
-    r = _returns(log_returns)
+    r, ppy = _returns(log_returns), _ppy(periods_per_year)
     if r.size < 2:
         return 0.0
     sd = r.std(ddof=1)
-    return 0.0 if sd < _ZERO else float(r.mean() / sd * math.sqrt(_ppy(periods_per_year)))
+    return 0.0 if sd < _ZERO else float(r.mean() / sd * math.sqrt(ppy))
 
 
 def sortino(log_returns: Any, periods_per_year: float = 252) -> float:
@@ -144,14 +156,15 @@ def max_drawdown(log_returns: Any) -> float:
 
 def calmar(log_returns: Any, periods_per_year: float = 252) -> float:
     """Annualised return divided by max drawdown; 0.0 when there is no drawdown."""
+    ppy = _ppy(periods_per_year)
     mdd = max_drawdown(log_returns)
-    return 0.0 if mdd < _ZERO else annualised_return(log_returns, periods_per_year) / mdd
+    return 0.0 if mdd < _ZERO else annualised_return(log_returns, ppy) / mdd
 
 
 def turnover(positions: Any, initial_position: float = 0.0) -> float:
     """Mean ``|Δposition|`` per bar, including the first move from ``initial_position``."""
     p = _positions(positions)
-    return float(np.abs(np.diff(p, prepend=initial_position)).mean())
+    return float(np.abs(np.diff(p, prepend=_initial(initial_position))).mean())
 
 
 def hit_rate(positions: Any, log_returns: Any) -> float:
@@ -191,6 +204,25 @@ def _active_weekdays(days: np.ndarray, intraday_hours: float) -> int:
     return 7 if intraday_hours >= 20.0 else 5
 
 
+def _utc_datetime64(timestamps: Any) -> np.ndarray | None:
+    """Timestamps as naive UTC datetime64, or None when they are not dates.
+
+    A time-zone-aware index or Series reaches numpy as an object array of Timestamps: without
+    this it would fall back to the default and annualise hourly bars as daily ones.
+    """
+    ts = np.asarray(timestamps)
+    if np.issubdtype(ts.dtype, np.datetime64):
+        return ts.ravel()
+    if ts.dtype != object or ts.size == 0:
+        return None
+    if pd.api.types.infer_dtype(ts.ravel(), skipna=False) not in ("datetime", "datetime64"):
+        return None
+    try:
+        return pd.to_datetime(ts.ravel(), utc=True).tz_localize(None).to_numpy()
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
 def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     """Bars per year as the data has them: 365.25 for 24/7 daily bars, ~252 for exchange days,
     ~98 000 for one-minute bars of a 6.5-hour exchange session. Annualising every file with
@@ -209,10 +241,10 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
       days traded per year (:func:`_active_weekdays`; exchange holidays cannot be seen);
     * longer bars: intervals / span in years (weekly, monthly bars have no week to read).
     """
-    ts = np.asarray(timestamps)
-    if ts.size < 3 or not np.issubdtype(ts.dtype, np.datetime64):
+    ts = _utc_datetime64(timestamps)
+    if ts is None or ts.size < 3:
         return default
-    ns = ts.astype("datetime64[ns]").astype(np.int64)
+    ns = np.sort(ts.astype("datetime64[ns]").astype(np.int64))  # order does not change the rate
     gaps = np.diff(ns)
     gaps = gaps[gaps > 0]
     if gaps.size == 0:
@@ -246,7 +278,8 @@ def compute_metrics(
     """All metrics of one contiguous run, keyed by name."""
     r = _returns(log_returns)
     p = _positions(positions, r.size)
-    return _metrics(r, p, np.abs(np.diff(p, prepend=initial_position)), _ppy(periods_per_year))
+    changes = np.abs(np.diff(p, prepend=_initial(initial_position)))
+    return _metrics(r, p, changes, _ppy(periods_per_year))
 
 
 def _metrics(r: np.ndarray, p: np.ndarray, changes: np.ndarray, ppy: float) -> dict[str, float]:

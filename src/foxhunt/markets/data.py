@@ -1784,8 +1784,11 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
 _SUFFIX_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
 # A separator followed by other than exactly three digits, or the last of two different
 # separators, can only be a decimal mark.
-_COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d"
-_DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d"
+# A mark is a decimal mark when it is followed by other than three digits (16,75), when the
+# other mark groups before it (1.234,5), or when four or more digits precede it (1100,125: a
+# thousands group holds at most three).
+_COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d|^[+-]?[$€£¥]?\d{4,},\d"
+_DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d|^[+-]?[$€£¥]?\d{4,}\.\d"
 
 
 def _decimal_comma(
