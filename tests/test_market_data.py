@@ -588,6 +588,13 @@ def test_decimal_mark_is_decided_from_the_whole_file(tmp_path):
         )
         df = load_ohlcv(write(tmp_path, four, "four.csv"))
         assert df["open"].tolist() == [1100.125, 1101.125], (mark, sep)
+    # Nor is a lone zero a thousands group: 0,992 in a tab file had been read as 992.
+    zero = (
+        "Date\tOpen\tHigh\tLow\tClose\tVolume\n"
+        "2020-01-02\t0,992\t0,998\t0,990\t0,995\t100\n"
+        "2020-01-03\t0,995\t1,001\t0,993\t0,999\t100\n"
+    )
+    assert load_ohlcv(write(tmp_path, zero, "zero.tsv"))["open"].tolist() == [0.992, 0.995]
     mixed = (
         "Date;Open;High;Low;Close\n2020-01-02;109.123;109.5;108.9;109.2\n"
         "2020-01-03;109,2;109,6;109,0;109,4\n"

@@ -1785,10 +1785,10 @@ _SUFFIX_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
 # A separator followed by other than exactly three digits, or the last of two different
 # separators, can only be a decimal mark.
 # A mark is a decimal mark when it is followed by other than three digits (16,75), when the
-# other mark groups before it (1.234,5), or when four or more digits precede it (1100,125: a
-# thousands group holds at most three).
-_COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d|^[+-]?[$€£¥]?\d{4,},\d"
-_DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d|^[+-]?[$€£¥]?\d{4,}\.\d"
+# other mark groups before it (1.234,5), or when what precedes it is no thousands group: four or
+# more digits (1100,125: a group holds at most three) or a lone zero (0,992).
+_COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d|^[+-]?[$€£¥]?(?:\d{4,}|0),\d"
+_DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d|^[+-]?[$€£¥]?(?:\d{4,}|0)\.\d"
 
 
 def _decimal_comma(
