@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -111,7 +112,9 @@ def test_degenerate_inputs():
         bt.exposure([math.inf, 0.0, 0.0])
     with pytest.raises(DataError, match="positions: index 1 is not finite"):
         bt.compute_metrics([0.1, 0.2], [1.0, float("nan")])
-    for bad in (float("nan"), math.inf, True, "0"):
+    for fine in (np.array(1.0), np.float32(1.0), 1, Fraction(1, 1)):  # any real scalar
+        assert bt.turnover([1.0, 0.0], initial_position=fine) == 0.5
+    for bad in (float("nan"), math.inf, True, "0", [1.0]):
         with pytest.raises(DataError, match="initial_position must be a finite number"):
             bt.turnover([1.0, 0.0], initial_position=bad)
         with pytest.raises(DataError, match="initial_position must be a finite number"):
@@ -433,6 +436,14 @@ def test_periods_per_year_is_read_from_the_timestamps():
         list(hourly.to_pydatetime()),
     ):
         assert infer_periods_per_year(ts) == pytest.approx(24 * 365.25), type(ts)
+    # A missing time (NaT, None) says nothing about the spacing: sorted first, it had made a
+    # monthly rate negative.
+    months = pd.date_range("2015-01-31", periods=120, freq="ME").to_numpy().copy()
+    months[60] = np.datetime64("NaT")
+    assert infer_periods_per_year(months) == pytest.approx(12.0, rel=0.01)
+    with_none = list(hourly.tz_localize("UTC"))
+    with_none[5] = None
+    assert infer_periods_per_year(np.array(with_none, dtype=object)) == pytest.approx(8766)
 
 
 def _sessions(days, freq: str) -> np.ndarray:

@@ -595,6 +595,8 @@ def test_decimal_mark_is_decided_from_the_whole_file(tmp_path):
         "2020-01-03\t0,995\t1,001\t0,993\t0,999\t100\n"
     )
     assert load_ohlcv(write(tmp_path, zero, "zero.tsv"))["open"].tolist() == [0.992, 0.995]
+    euro = zero.replace("\t0,", "\t€ 0,").replace("\t1,", "\t€ 1,")  # a currency sign first
+    assert load_ohlcv(write(tmp_path, euro, "euro.tsv"))["open"].tolist() == [0.992, 0.995]
     mixed = (
         "Date;Open;High;Low;Close\n2020-01-02;109.123;109.5;108.9;109.2\n"
         "2020-01-03;109,2;109,6;109,0;109,4\n"

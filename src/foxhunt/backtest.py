@@ -73,12 +73,17 @@ def _positions(positions: Any, n: int | None = None) -> np.ndarray:
 
 def _initial(initial_position: Any) -> float:
     """The position held before the first bar: a finite number (its move is the first trade)."""
-    ok = isinstance(initial_position, int | float | np.number) and not isinstance(
-        initial_position, bool
-    )
-    if not (ok and math.isfinite(initial_position)):
+    value = None
+    if np.ndim(initial_position) == 0 and not isinstance(
+        initial_position, bool | np.bool_ | str | bytes
+    ):
+        try:
+            value = float(initial_position)  # also 0-d arrays, Fraction, Decimal
+        except (TypeError, ValueError):
+            value = None
+    if value is None or not math.isfinite(value):
         raise DataError(f"initial_position must be a finite number, got: {initial_position!r}")
-    return float(initial_position)
+    return value
 
 
 def _ppy(periods_per_year: float) -> float:
@@ -211,16 +216,17 @@ def _utc_datetime64(timestamps: Any) -> np.ndarray | None:
     this it would fall back to the default and annualise hourly bars as daily ones.
     """
     ts = np.asarray(timestamps)
-    if np.issubdtype(ts.dtype, np.datetime64):
-        return ts.ravel()
-    if ts.dtype != object or ts.size == 0:
-        return None
-    if pd.api.types.infer_dtype(ts.ravel(), skipna=False) not in ("datetime", "datetime64"):
-        return None
-    try:
-        return pd.to_datetime(ts.ravel(), utc=True).tz_localize(None).to_numpy()
-    except (ValueError, TypeError, OverflowError):
-        return None
+    if not np.issubdtype(ts.dtype, np.datetime64):
+        if ts.dtype != object or ts.size == 0:
+            return None
+        if pd.api.types.infer_dtype(ts.ravel(), skipna=True) not in ("datetime", "datetime64"):
+            return None
+        try:
+            ts = pd.to_datetime(ts.ravel(), utc=True).tz_localize(None).to_numpy()
+        except (ValueError, TypeError, OverflowError):
+            return None
+    ts = ts.ravel()
+    return ts[~np.isnat(ts)]  # a missing time says nothing about the spacing (NaT sorts first)
 
 
 def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:

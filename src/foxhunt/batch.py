@@ -70,8 +70,8 @@ class Batch:
     def cat(batches: Sequence[Batch]) -> Batch:
         """Concatenate batches (used to build reference big batches in tests and DDP checks).
 
-        An optional field (weights, regime ids) must be set in all of them or in none: dropping
-        some batches' importance weights would silently change the loss the reference computes.
+        An optional field (discounts, weights, indices) must be set in all of them or in none:
+        dropping some batches' importance weights would silently change the reference loss.
         """
         if not batches:
             raise ValueError("Batch.cat needs at least one batch")

@@ -1787,8 +1787,8 @@ _SUFFIX_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
 # A mark is a decimal mark when it is followed by other than three digits (16,75), when the
 # other mark groups before it (1.234,5), or when what precedes it is no thousands group: four or
 # more digits (1100,125: a group holds at most three) or a lone zero (0,992).
-_COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d|^[+-]?[$€£¥]?(?:\d{4,}|0),\d"
-_DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d|^[+-]?[$€£¥]?(?:\d{4,}|0)\.\d"
+_COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d|^[+-]?(?:[$€£¥]\s*)?(?:\d{4,}|0),\d"
+_DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d|^[+-]?(?:[$€£¥]\s*)?(?:\d{4,}|0)\.\d"
 
 
 def _decimal_comma(
