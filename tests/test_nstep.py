@@ -237,3 +237,109 @@ def test_trainer_arguments_are_checked_when_it_is_built() -> None:
         DQNTrainer(None, "CartPole-v1")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="eval_env must have the training env's spaces"):
         DQNTrainer(small, "CartPole-v1", eval_env="MountainCar-v0")
+
+
+def _chain_episode(env_id: int, episode: int) -> tuple[int, bool]:
+    """Length (1-6) and whether it terminates (else it is truncated), fixed per episode."""
+    return 1 + (episode * 7 + env_id * 3) % 6, (episode + env_id) % 3 != 0
+
+
+@pytest.mark.parametrize(
+    ("n_step", "n_envs", "capacity", "per"),
+    [(3, 2, 2000, False), (3, 2, 60, True), (5, 3, 37, True), (1, 3, 2000, False)],
+)
+def test_trainer_stores_exactly_the_reference_transitions(
+    n_step: int, n_envs: int, capacity: int, per: bool
+) -> None:
+    """End to end through DQNTrainer and its vector env: the replay holds, in order of emission,
+    exactly the newest ``capacity`` n-step transitions of an independent reference built from
+    the steps the envs logged (none lost at an episode end, none crossing one, truncation
+    bootstrapping from the true final observation, gamma**k as the discount)."""
+    import itertools
+
+    import gymnasium as gym
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    log: list[tuple[int, int, int, int, float]] = []  # env, episode, step, action, reward
+    ids = itertools.count()
+
+    class Chain(gym.Env):
+        """Observation [env, episode, step, final]: every transition names itself."""
+
+        observation_space = gym.spaces.Box(-1e6, 1e6, (4,), np.float32)
+        action_space = gym.spaces.Discrete(3)
+
+        def __init__(self) -> None:
+            self.id, self.ep, self.t = next(ids), -1, 0
+
+        def _obs(self, final: bool = False) -> np.ndarray:
+            return np.array([self.id, self.ep, self.t, float(final)], np.float32)
+
+        def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+            super().reset(seed=seed)
+            self.ep, self.t = self.ep + 1, 0
+            return self._obs(), {}
+
+        def step(self, action):  # type: ignore[no-untyped-def]
+            reward = 0.01 * (self.t + 1) + 0.1 * self.id + self.ep % 7 + 0.25 * int(action)
+            log.append((self.id, self.ep, self.t, int(action), reward))
+            self.t += 1
+            length, terminates = _chain_episode(self.id, self.ep)
+            end = self.t == length
+            return self._obs(final=end), reward, end and terminates, end and not terminates, {}
+
+    gamma = 0.9
+    hp = DQNHyperparameters(
+        n_step=n_step, n_envs=n_envs, gamma=gamma, buffer_capacity=capacity, batch_size=8,
+        learning_starts=16, train_freq=4, eval_interval=0, hidden_sizes=(8,), device="cpu",
+        prioritized_replay=per, seed=0, log_interval=10_000,
+    )  # fmt: skip
+    trainer = DQNTrainer(hp, Chain)
+    try:
+        trainer.learn(300)
+        rb = trainer.replay
+        stored = [
+            (
+                tuple(int(x) for x in rb.obs[j, :3].tolist()),
+                int(rb.actions[j]),
+                float(rb.rewards[j]),
+                tuple(rb.next_obs[j].tolist()),
+                float(rb.dones[j]),
+                float(rb.discounts[j]),
+            )
+            for j in ((rb.pos + i) % capacity if rb.size == capacity else i for i in range(rb.size))
+        ]  # oldest first
+    finally:
+        trainer.close()
+
+    # The reference: one transition per step whose n-step window the run completed, in the
+    # order the windows closed (their last logged step; ties, which end together, by start).
+    steps = {(e, ep, t): (a, r, i) for i, (e, ep, t, a, r) in enumerate(log)}
+    reference = []
+    for e, ep, t in steps:
+        length, terminates = _chain_episode(e, ep)
+        k = min(n_step, length - t)
+        if (e, ep, t + k - 1) not in steps:
+            continue  # window still open when the run stopped (held back, checkpointed)
+        end = t + k == length
+        reference.append(
+            (
+                steps[(e, ep, t + k - 1)][2],
+                t,
+                (
+                    (e, ep, t),
+                    steps[(e, ep, t)][0],
+                    sum(gamma**i * steps[(e, ep, t + i)][1] for i in range(k)),
+                    (float(e), float(ep), float(t + k), float(end)),
+                    float(end and terminates),
+                    gamma**k,
+                ),
+            )
+        )
+    want = [row for *_, row in sorted(reference, key=lambda x: x[:2])][-capacity:]
+    assert len(stored) == len(want) == min(capacity, len(reference))
+    for got, ref in zip(stored, want, strict=True):
+        assert got[:2] == ref[:2] and got[3:5] == ref[3:5], (got, ref)
+        assert got[2] == pytest.approx(ref[2], rel=1e-5) and got[5] == pytest.approx(ref[5])
