@@ -342,6 +342,22 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
         ("out of memory", "buffer_capacity", "GiB"),
     ),
     (
+        "buffer-past-int64",  # the size overflowed inside torch: a TypeError traceback
+        [*GYM, "--set", "buffer_capacity=1000000000000000000000000000000"],
+        ("out of memory", "buffer_capacity", "GiB"),
+    ),
+    (
+        "alias-refers-to-itself",  # validating it recursed until a RecursionError
+        [*GYM, "--set", "hidden_sizes=&a [*a]"],
+        ("--set hidden_sizes", "alias"),
+    ),
+    ("set-env", [*GYM, "--set", "env=Acrobot-v1"], ("--set env='Acrobot-v1'", "--env")),
+    (
+        "max-episode-steps-negative",  # gym.make took it: a time limit that never ends
+        [*GYM, "--set", "env_kwargs.max_episode_steps=-1"],
+        ("env_kwargs.max_episode_steps", "-1"),
+    ),
+    (
         "synth-out-exists",
         ["data", "synth", "--out", "good.csv"],
         ("--out already exists", "good.csv"),

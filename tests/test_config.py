@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,9 @@ def test_int_fields_reject_non_integers(field: str, value: object) -> None:
             "exploration_final_eps must not exceed exploration_initial_eps (0.1), got: 0.5",
         ),
         ({"mixed_precision": "fp16", "device": "cpu"}, "mixed_precision 'fp16' needs a CUDA"),
+        # Lax bools took numbers: dueling: -0.0 was recorded as false.
+        ({"dueling": -0.0}, "dueling must be true or false, got: -0.0"),
+        ({"prioritized_replay": 1}, "prioritized_replay must be true or false, got: 1"),
     ],
 )
 def test_validation_messages(kwargs: dict[str, Any], fragment: str) -> None:
@@ -536,3 +540,77 @@ def test_a_recorded_run_with_settings_new_runs_refuse_still_loads(tmp_path):
     )
     config = spec.trading_config()
     assert config.random_start is False and config.cost_rate == 0.1
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        # A 5 000-layer network trained (and hung); a million-episode evaluation never ended.
+        ({"hidden_sizes": [4] * 65}, "hidden_sizes must name at most 64 layers, got: 65"),
+        ({"eval_episodes": 2_000_000}, "eval_episodes must be at most 1000000, got: 2000000"),
+        # The C51 support is float32: an edge past its range crashed building the network, a
+        # width past it gave inf/nan atoms, atoms closer than its spacing a wrong projection.
+        ({"v_min": -1e300}, "v_min must lie within float32's range (+-3.403e+38)"),
+        ({"v_min": -3.4e38, "v_max": 3.4e38}, "C51 atoms finite and distinct in float32"),
+        ({"v_min": 1e6, "v_max": 1e6 + 0.5}, "C51 atoms finite and distinct in float32"),
+        ({"v_min": 0.0, "v_max": 1e-300}, "C51 atoms finite and distinct in float32"),
+    ],
+)
+def test_new_runs_refuse_what_recorded_runs_still_load(
+    settings: dict[str, Any], message: str
+) -> None:
+    """Checks added later apply to new runs only: a run directory recorded with these values
+    (they trained) must still resume and evaluate."""
+    from foxhunt.runs import RunSpec, build_spec
+
+    hp = {"distributional": "c51", **settings} if "v_min" in settings else settings
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build_spec(env="CartPole-v1", overrides=dict(hp))
+    recorded = RunSpec(env="CartPole-v1", hyperparameters=DQNHyperparameters(**hp))
+    assert RunSpec.model_validate(recorded.model_dump(mode="json")) == recorded
+
+
+def test_a_c51_support_past_float32_is_refused_when_the_network_is_built() -> None:
+    """From Python (no build_spec), edges past float32 raised inside torch.linspace, a width
+    past it gave inf/nan atoms: both are a ConfigError naming v_min and v_max."""
+    from foxhunt.networks import QNetwork
+
+    for v_min, v_max in ((-1e300, 1e300), (-3.4e38, 3.4e38)):
+        hp = DQNHyperparameters(distributional="c51", v_min=v_min, v_max=v_max, hidden_sizes=(8,))
+        with pytest.raises(ConfigError, match="C51 support finite in float32, got: v_min="):
+            QNetwork(4, 2, hp)
+
+
+def test_values_in_errors_are_cut_short_and_yaml_aliases_are_bounded(tmp_path: Path) -> None:
+    """A 5 000-item list made a 15 000-character error line; a YAML alias naming its own list
+    recursed until a RecursionError, and nested aliases (a billion values) hung validation."""
+    message = _error(learning_rate=[1] * 5000)
+    assert message.startswith("learning_rate must be a number, got: [1, 1, ") and len(message) < 150
+    assert message.endswith("...")
+    from foxhunt.runs import build_spec
+
+    with pytest.raises(ConfigError, match=r"^trading.window: .*\(got \[1, 1, .*\.\.\.\)$"):
+        build_spec(overrides={"trading.window": [1] * 5000})
+    recursive = tmp_path / "recursive.yaml"
+    recursive.write_text("trading: {positions: &a [*a]}\n")
+    with pytest.raises(ConfigError, match=r"recursive\.yaml nests .* more than 32 deep"):
+        build_spec(config_file=str(recursive))
+    laughs = ["l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    laughs += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]
+    billion = tmp_path / "laughs.yaml"
+    billion.write_text("\n".join([*laughs, "hidden_sizes: *l8"]) + "\n")
+    with pytest.raises(ConfigError, match=r"laughs\.yaml holds more than 100,000 values"):
+        DQNHyperparameters.from_yaml(billion)
+    # A long plain file is not aliases expanding: 120 000 values in a recorded env_kwargs load.
+    long = tmp_path / "long.yaml"
+    long.write_text(
+        "env: CartPole-v1\nenv_kwargs: {prices: [" + ", ".join(["1.5"] * 120_000) + "]}\n"
+    )
+    assert len(load_config_dict(long, flatten=False)["env_kwargs"]["prices"]) == 120_000
+    # Merge keys and ordinary aliases still work.
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(
+        "hyperparameters:\n  <<: &common {hidden_sizes: [32, 32]}\n  batch_size: 16\n"
+    )
+    hp = build_spec(env="CartPole-v1", config_file=str(merged)).hyperparameters
+    assert hp.hidden_sizes == (32, 32) and hp.batch_size == 16

@@ -501,10 +501,11 @@ def test_bad_eval_env_arguments_name_eval_env() -> None:
 def test_a_replay_buffer_too_large_to_allocate_names_buffer_capacity() -> None:
     from foxhunt.replay import ReplayBuffer
 
-    with pytest.raises(
-        ConfigError, match=r"out of memory: buffer_capacity 10000000000000 needs .* GiB"
-    ):
+    with pytest.raises(ConfigError, match=r"buffer_capacity 10000000000000 with .* \(4,\) needs"):
         ReplayBuffer(10**13, (4,))
+    # A shape so large its element count wraps around in NumPy still names the true size.
+    with pytest.raises(ConfigError, match=r"shape \(1099511627776, 1099511627776\) needs [1-9]"):
+        ReplayBuffer(10, (2**40, 2**40))
 
 
 def test_learning_starts_warning_only_when_no_update_can_run(

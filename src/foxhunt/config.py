@@ -33,6 +33,8 @@ PositiveInt = Annotated[int, Strict(), Field(gt=0)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 # Strict: a YAML ``true`` is a bool, and a lax float or int would take it silently as 1.0 or 1.
 StrictFloat = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+# Strict too: a lax bool takes 0, 1 and -0.0 (dueling: -0.0 was recorded as false).
+StrictBool = Annotated[bool, Strict()]
 Fraction = Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
 PositiveFloat = Annotated[StrictFloat, Field(gt=0.0)]
 Seed = Annotated[int, Strict(), Field(ge=0, lt=2**32)]
@@ -118,6 +120,13 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     return f"; known: {', '.join(known)}" if len(known) <= 12 else ""
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error names the value, not all of it
+    (a 5 000-item list once made a 15 000-character error line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _format_validation_error(
     err: ValidationError, prefix: str = "", known: Iterable[str] | None = None
 ) -> str:
@@ -130,38 +139,38 @@ def _format_validation_error(
         ctx = e.get("ctx") or {}
         kind = e["type"]
         if kind == "greater_than":
-            msg = f"{field} must be greater than {ctx['gt']}, got: {value!r}"
+            msg = f"{field} must be greater than {ctx['gt']}, got: {shown(value)}"
         elif kind == "greater_than_equal":
-            msg = f"{field} must be at least {ctx['ge']}, got: {value!r}"
+            msg = f"{field} must be at least {ctx['ge']}, got: {shown(value)}"
         elif kind == "less_than":
-            msg = f"{field} must be less than {ctx['lt']}, got: {value!r}"
+            msg = f"{field} must be less than {ctx['lt']}, got: {shown(value)}"
         elif kind == "less_than_equal":
-            msg = f"{field} must be at most {ctx['le']}, got: {value!r}"
+            msg = f"{field} must be at most {ctx['le']}, got: {shown(value)}"
         elif kind in ("int_type", "int_parsing", "int_from_float"):
-            msg = f"{field} must be an integer, got: {value!r}"
+            msg = f"{field} must be an integer, got: {shown(value)}"
         elif kind in ("float_type", "float_parsing"):
-            msg = f"{field} must be a number, got: {value!r}"
+            msg = f"{field} must be a number, got: {shown(value)}"
         elif kind == "finite_number":
-            msg = f"{field} must be finite, got: {value!r}"
+            msg = f"{field} must be finite, got: {shown(value)}"
         elif kind == "bool_type" or kind == "bool_parsing":
-            msg = f"{field} must be true or false, got: {value!r}"
+            msg = f"{field} must be true or false, got: {shown(value)}"
         elif kind == "literal_error":
-            msg = f"{field} must be one of {ctx.get('expected')}, got: {value!r}"
+            msg = f"{field} must be one of {ctx.get('expected')}, got: {shown(value)}"
             if isinstance(value, bool):
                 msg += _YAML_BOOL_HINT
         elif kind == "string_type" and isinstance(value, bool):
-            msg = f"{field} must be a string, got: {value!r}{_YAML_BOOL_HINT}"
+            msg = f"{field} must be a string, got: {shown(value)}{_YAML_BOOL_HINT}"
         elif kind == "extra_forbidden":
             what = "setting" if prefix else "hyperparameter"
-            msg = f"unknown {what} {field!r} (value {value!r})"
+            msg = f"unknown {what} {field!r} (value {shown(value)})"
             if known is not None:
                 msg += did_you_mean(str(e["loc"][-1]), known)
         elif kind in ("tuple_type", "list_type"):
-            msg = f"{field} must be a list ([a, b] in YAML), got: {value!r}"
+            msg = f"{field} must be a list ([a, b] in YAML), got: {shown(value)}"
         elif kind == "value_error":
             msg = str(ctx.get("error", e["msg"]))
         else:
-            msg = f"{field}: {e['msg']}, got: {value!r}"
+            msg = f"{field}: {e['msg']}, got: {shown(value)}"
         parts.append(msg)
     return "; ".join(parts)
 
@@ -236,12 +245,12 @@ class DQNHyperparameters(BaseModel):
 
     # --- network
     hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
-    """Widths of the shared MLP torso."""
+    """Widths of the shared MLP torso (a new run takes at most 64 layers; see check_new)."""
     activation: Literal["relu", "tanh", "gelu"] = "relu"
     """Torso activation."""
-    double_q: bool = True
+    double_q: StrictBool = True
     """Double DQN: the online net picks the next action, the target net values it."""
-    dueling: bool = False
+    dueling: StrictBool = False
     """Dueling heads: Q = V + A - mean(A)."""
     distributional: Literal["none", "c51", "qr"] = "none"
     """Return-distribution head: none (scalar Q), C51 (categorical) or QR-DQN (quantiles)."""
@@ -251,22 +260,22 @@ class DQNHyperparameters(BaseModel):
     """Lower edge of the C51 support."""
     v_max: StrictFloat = 10.0
     """Upper edge of the C51 support."""
-    noisy_nets: bool = False
+    noisy_nets: StrictBool = False
     """Factorised-Gaussian noisy heads; noise is resampled once per optimizer step."""
     noisy_sigma0: PositiveFloat = 0.5
     """Initial noise scale of noisy layers (Fortunato et al. 2018, sigma_0)."""
-    regime_conditional: bool = False
+    regime_conditional: StrictBool = False
     """Per-regime heads selected by the regime estimate (the last n_regimes observation entries)."""
     regime_gating: Literal["hard", "soft", "residual"] = "hard"
     """hard: the argmax regime's head; soft: heads mixed by regime probabilities; residual: a
     shared head plus probability-weighted per-regime corrections."""
-    regime_in_torso: bool = True
+    regime_in_torso: StrictBool = True
     """Whether the shared torso also reads the regime probabilities. False: the regime acts only
     through the heads' gating (for fixed other inputs Q is then affine in the probabilities under
     soft or residual gating, piecewise constant under hard)."""
 
     # --- prioritized replay and n-step
-    prioritized_replay: bool = False
+    prioritized_replay: StrictBool = False
     """Proportional prioritized replay (Schaul et al. 2016)."""
     per_alpha: Fraction = 0.6
     """Priority exponent."""
@@ -280,7 +289,7 @@ class DQNHyperparameters(BaseModel):
     """Added to |TD error| so no transition gets zero priority."""
     n_step: PositiveInt = 1
     """Steps of the multi-step return."""
-    action_augmentation: bool = False
+    action_augmentation: StrictBool = False
     """Also store the transitions of the actions not taken, for environments the agent's actions
     cannot influence (TradingEnv: the same market move with another position and cost). Trains
     every action's value on each step; needs an env with ``counterfactual_transitions``. The
@@ -302,7 +311,7 @@ class DQNHyperparameters(BaseModel):
     most 1024: a hundred thousand threads exhausted memory before the first step."""
     mixed_precision: Literal["off", "bf16", "fp16"] = "off"
     """Autocast dtype for the forward pass; fp16 adds a gradient scaler (CUDA)."""
-    compile: bool = False
+    compile: StrictBool = False
     """torch.compile the learner step. On CPU with Adam/AdamW, one micro-batch per window and no
     mixed precision, the whole step (gradients, clipping, update) is one graph: 1.3x the eager
     step's updates/s at batch 64 and 1.15-1.2x at batch 256 on a 256x256 MLP (BENCHMARKS.md
@@ -311,14 +320,14 @@ class DQNHyperparameters(BaseModel):
     with a compiled backward. The first step pays seconds of compiling and needs a C++ compiler
     (without one, training continues eagerly). ``summary.json``'s ``learner_path`` says which
     ran."""
-    replay_on_device: bool = False
+    replay_on_device: StrictBool = False
     """Keep replay storage on the training device (GPU) instead of host memory."""
 
     # --- evaluation, logging, checkpoints
     eval_interval: NonNegativeInt = 10_000
     """Environment steps between greedy evaluations; 0 disables."""
     eval_episodes: PositiveInt = 10
-    """Episodes per greedy evaluation."""
+    """Episodes per greedy evaluation (a new run takes at most 1 000 000; see check_new)."""
     log_interval: PositiveInt = 1_000
     """Environment steps between metrics rows."""
     checkpoint_interval: NonNegativeInt = 0
@@ -389,6 +398,40 @@ class DQNHyperparameters(BaseModel):
                 "(use 'bf16' on CPU)"
             )
         return self
+
+    def check_new(self) -> None:
+        """Checks for a new run's settings only: a run directory recorded before them must
+        still resume and evaluate (``foxhunt.runs.build_spec`` calls this, ``load_spec`` not).
+
+        A network deeper than 64 layers is a typo that hangs; more evaluation episodes than
+        ``foxhunt evaluate --episodes`` takes never end; the C51 support lives in float32, so
+        its edges and width must fit there and its atoms must differ.
+        """
+        if len(self.hidden_sizes) > 64:
+            raise ConfigError(
+                f"hidden_sizes must name at most 64 layers, got: {len(self.hidden_sizes)} "
+                f"({shown(list(self.hidden_sizes))})"
+            )
+        if self.eval_episodes > 1_000_000:
+            raise ConfigError(f"eval_episodes must be at most 1000000, got: {self.eval_episodes}")
+        if self.distributional != "c51":
+            return
+        f32_max = float(np.finfo(np.float32).max)
+        for name, value in (("v_min", self.v_min), ("v_max", self.v_max)):
+            if abs(value) > f32_max:
+                raise ConfigError(
+                    f"{name} must lie within float32's range (+-{f32_max:.4g}) for the "
+                    f"C51 support, got: {value!r}"
+                )
+        with np.errstate(over="ignore"):
+            width = np.float32(self.v_max) - np.float32(self.v_min)
+        delta = (self.v_max - self.v_min) / (self.n_atoms - 1)
+        edge = np.float32(max(abs(self.v_min), abs(self.v_max)))
+        if not (np.isfinite(width) and delta > np.spacing(edge)):
+            raise ConfigError(
+                f"v_min and v_max must leave the {self.n_atoms} C51 atoms finite and distinct "
+                f"in float32, got: v_min={self.v_min!r}, v_max={self.v_max!r}"
+            )
 
     # --- derived values
     @property
@@ -501,7 +544,8 @@ def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=_YamlLoader)
     except DuplicateKeyError as err:
         raise ConfigError(f"config file {path}: {err}") from None
     except yaml.YAMLError as err:
@@ -510,6 +554,7 @@ def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not UTF-8 text") from None
     if data is None:
         return {}
+    _bounded_yaml(data, f"config file {path}", text)
     if not isinstance(data, dict):
         raise ConfigError(
             f"config file {path} must hold a mapping of hyperparameters, got: {type(data).__name__}"
@@ -523,6 +568,39 @@ def load_config_dict(path: Path, *, flatten: bool = True) -> dict[str, Any]:
             )
         return dict(section)
     return data
+
+
+_YAML_MAX_VALUES = 100_000
+_YAML_MAX_DEPTH = 32
+
+
+def _bounded_yaml(value: Any, where: str, text: str = "") -> Any:
+    """Refuse YAML whose aliases make it endless or huge before anything walks it.
+
+    An alias may name the list that holds it (``&a [*a]``: endless), and nested aliases expand
+    a few lines into a billion values (the "billion laughs"); PyYAML builds both in no time,
+    but validating them would recurse forever or hang. Without aliases a document holds fewer
+    values than characters, so a long plain file (``text``) is never refused.
+    """
+    limit = max(_YAML_MAX_VALUES, len(text))
+    seen = 0
+    todo: list[tuple[Any, int]] = [(value, 0)]
+    while todo:
+        node, depth = todo.pop()
+        seen += 1
+        if seen > limit:
+            raise ConfigError(
+                f"{where} holds more than {limit:,} values (YAML aliases that expand?)"
+            )
+        if isinstance(node, dict | list | tuple):
+            if depth >= _YAML_MAX_DEPTH:
+                raise ConfigError(
+                    f"{where} nests lists or mappings more than {_YAML_MAX_DEPTH} deep (a YAML "
+                    "alias that refers to itself?)"
+                )
+            children = node.values() if isinstance(node, dict) else node
+            todo.extend((child, depth + 1) for child in children)
+    return value
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -549,4 +627,4 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = raw
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key} must be finite, got: {raw!r}")
-    return key, value
+    return key, _bounded_yaml(value, f"--set {key}", raw)

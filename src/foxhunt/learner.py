@@ -957,7 +957,8 @@ def _clip_coefficient(norm: float, max_norm: float) -> float:
     its float32 tensor maths rounds it (``(norm + 1e-6).reciprocal() * max_norm``), so the clipped
     gradients are bit for bit torch's while the host scalar saves three kernel launches."""
     f32 = np.float32
-    coef = (f32(1.0) / (f32(norm) + f32(1e-6))) * f32(max_norm)
+    with np.errstate(over="ignore"):  # a max_norm past float32 is inf there too: no clipping
+        coef = (f32(1.0) / (f32(norm) + f32(1e-6))) * f32(max_norm)
     return min(1.0, float(coef))
 
 

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import ConfigError
 
 # ReLU works in place: the layer before it never needs its own output for the backward, so the
 # torso saves one activation-sized allocation per layer (about 2% of a batch-256 learner step).
@@ -117,6 +118,22 @@ def stored_transposed(net: nn.Module) -> list[bool]:
     return [id(p) in flipped for p in net.parameters()]
 
 
+def _c51_support(v_min: float, v_max: float, n_atoms: int) -> torch.Tensor:
+    """The C51 atoms in float32. Edges past its range made torch.linspace raise, or returned
+    inf/nan atoms and NaN losses: refused here for every run (new runs are also checked for
+    distinct atoms by ``DQNHyperparameters.check_new``)."""
+    try:
+        support = torch.linspace(v_min, v_max, n_atoms)
+    except RuntimeError:
+        support = None
+    if support is None or not bool(torch.isfinite(support).all()):
+        raise ConfigError(
+            "v_min and v_max must leave the C51 support finite in float32, got: "
+            f"v_min={v_min!r}, v_max={v_max!r}"
+        )
+    return support
+
+
 class QNetwork(nn.Module):
     """MLP torso + (dueling) head(s) producing ``[B, A]`` Q-values or ``[B, A, N]`` atoms.
 
@@ -176,7 +193,7 @@ class QNetwork(nn.Module):
         if self.gating == "residual" and self.n_regimes > 0:
             self._zero_regime_corrections()
         if hp.distributional == "c51":
-            self.register_buffer("support", torch.linspace(hp.v_min, hp.v_max, hp.n_atoms))
+            self.register_buffer("support", _c51_support(hp.v_min, hp.v_max, hp.n_atoms))
         else:
             self.support = None
 

@@ -238,6 +238,11 @@ def build_spec(
             )
     if "market.data" in overrides:
         overrides["market.data"] = data_path(overrides["market.data"], "market.data")
+    if "env" in overrides:  # a config file's key, but on the command line it has its flag
+        raise ConfigError(
+            f"--set env={overrides['env']!r:.60}: the environment is chosen with --env "
+            "(or an env: key in a --config file)"
+        )
     # The run-level settings a config file holds are --set-able too; each given twice must agree.
     for key, flag, value in (
         ("seed", "--seed", seed),
@@ -352,6 +357,7 @@ def build_spec(
         )
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None
+    hp.check_new()
     if hp.n_envs > spec.total_env_steps:  # checked for new runs only: old ones still load
         raise ConfigError(
             f"n_envs ({hp.n_envs}) exceeds total_env_steps ({spec.total_env_steps}): one vector "

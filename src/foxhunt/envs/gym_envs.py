@@ -208,6 +208,12 @@ _WARNED: set[tuple[str, str]] = set()
 
 
 def _make(env_id: str, name: str, kwargs: dict[str, Any] | None) -> gym.Env:
+    steps = (kwargs or {}).get("max_episode_steps")
+    if steps is not None and (type(steps) is not int or steps < 1):
+        # gym.make takes -1 or True and wraps the env in a time limit that never (or at once) ends.
+        raise ConfigError(
+            f"env_kwargs.max_episode_steps must be a positive integer or null, got: {steps!r}"
+        )
     try:
         return gym.make(env_id, **(kwargs or {}))
     except (gym.error.DependencyNotInstalled, ImportError) as err:

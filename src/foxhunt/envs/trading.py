@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
 )
 
-from foxhunt.config import did_you_mean, python_scalars
+from foxhunt.config import did_you_mean, python_scalars, shown
 from foxhunt.errors import ConfigError, DataError, EnvironmentStepError
 from foxhunt.markets.arrays import MarketArrays
 
@@ -54,13 +54,13 @@ def _one_line(exc: ValidationError, model: str) -> str:
         msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             hint = did_you_mean(loc, TradingEnvConfig.model_fields)
-            parts.append(f"unknown setting '{model}.{loc}' (value {err.get('input')!r}){hint}")
+            parts.append(f"unknown setting '{model}.{loc}' (value {shown(err.get('input'))}){hint}")
             continue
         if err["type"] in ("tuple_type", "list_type"):
             msg = "must be a list such as [0.0, 1.0]"
         elif err["type"] in ("bool_type", "bool_parsing"):
             msg = "must be true or false"
-        parts.append(f"{model}.{loc}: {msg} (got {err.get('input')!r})")
+        parts.append(f"{model}.{loc}: {msg} (got {shown(err.get('input'))})")
     return "; ".join(parts)
 
 

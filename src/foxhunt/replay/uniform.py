@@ -71,18 +71,21 @@ class ReplayBuffer:
             self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
             self.dones = torch.zeros(capacity, dtype=torch.float32, **kw)
             self.discounts = torch.zeros(capacity, dtype=torch.float32, **kw)
-        except (RuntimeError, MemoryError) as err:
+        except (RuntimeError, MemoryError, TypeError) as err:
             # The CPU allocator refuses with a RuntimeError ("can't allocate memory"), CUDA with
-            # torch.OutOfMemoryError (a RuntimeError); any other failure is not about the size.
+            # torch.OutOfMemoryError (a RuntimeError); a size past int64 overflows (RuntimeError
+            # or, past long long, TypeError); any other failure is not about the size.
             oom = isinstance(err, MemoryError | torch.OutOfMemoryError)
-            if not (oom or "allocate" in str(err)):
+            if not (oom or "allocate" in str(err) or "overflow" in str(err).lower()):
                 raise
-            row = 2 * int(np.prod(obs_shape)) * torch.empty((), dtype=obs_dtype).element_size()
-            need = capacity * (row + 8 + 3 * 4)
+            # Python ints: np.prod of a huge shape wraps around (to 0 GiB).
+            item = torch.empty((), dtype=obs_dtype).element_size()
+            row = 2 * math.prod(int(d) for d in obs_shape) * item
+            need = int(capacity) * (row + 8 + 3 * 4)
             raise ConfigError(
-                f"out of memory: buffer_capacity {capacity} needs {need / 2**30:,.1f} GiB of "
-                f"replay storage on {self.device}, which cannot be allocated (lower "
-                "buffer_capacity)"
+                f"out of memory: buffer_capacity {int(capacity)} with observations of shape "
+                f"{tuple(int(d) for d in obs_shape)} needs {need / 2**30:,.1f} GiB of replay "
+                f"storage on {self.device}, which cannot be allocated (lower buffer_capacity)"
             ) from None
         self.pos = 0
         self.size = 0
