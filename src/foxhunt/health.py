@@ -114,7 +114,9 @@ class HealthMonitor:
                 optimizer_steps,
                 "stop" if consecutive_skips >= hp.max_consecutive_nonfinite else "warn",
                 detail=f"stopped after {consecutive_skips} consecutive non-finite steps "
-                f"(max_consecutive_nonfinite={hp.max_consecutive_nonfinite})",
+                f"(max_consecutive_nonfinite={hp.max_consecutive_nonfinite}; look at "
+                f"learning_rate {hp.learning_rate:g}, weight_decay {hp.weight_decay:g}, "
+                f"adam_eps {hp.adam_eps:g} and the env's rewards)",
             )
             return
         if self.initial_q_abs_max is None and math.isfinite(q_abs_max):
