@@ -956,10 +956,14 @@ def _clip_coefficient(norm: float, max_norm: float) -> float:
     """``clip_grad_norm_``'s coefficient, ``min(1, max_norm / (norm + 1e-6))``, rounded the way
     its float32 tensor maths rounds it (``(norm + 1e-6).reciprocal() * max_norm``), so the clipped
     gradients are bit for bit torch's while the host scalar saves three kernel launches."""
+    if max_norm > _FLOAT32_MAX:  # inf in float32, so torch never clips (norm is finite here)
+        return 1.0
     f32 = np.float32
-    with np.errstate(over="ignore"):  # a max_norm past float32 is inf there too: no clipping
-        coef = (f32(1.0) / (f32(norm) + f32(1e-6))) * f32(max_norm)
+    coef = (f32(1.0) / (f32(norm) + f32(1e-6))) * f32(max_norm)
     return min(1.0, float(coef))
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _take(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -792,8 +792,8 @@ def check_evaluation_options(
         applies, kind = "trading runs", f"trained on {spec.env!r}"
     for name, value in given.items():
         if value is not None:
-            shown = str(value) if isinstance(value, Path) else value  # as the user wrote it
-            raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {shown!r}")
+            written = str(value) if isinstance(value, Path) else value  # as the user wrote it
+            raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {written!r}")
     if episodes is None:
         return 10
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
