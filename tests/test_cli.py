@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,21 @@ def test_evaluate_scores_the_trained_agent(run: Path) -> None:
     assert best.returncode == 0, best.stderr
     assert json.loads((run / "evaluation_best.json").read_text())["model"] == "best"
     assert json.loads((run / "evaluation.json").read_text()) == saved
+
+
+def test_best_without_best_weights_is_scored_in_its_own_file(run: Path, tmp_path: Path) -> None:
+    """A run that kept no best weights scores its final ones for --model best, in
+    evaluation_best.json (saying so), and leaves evaluation.json alone."""
+    from foxhunt import evaluate_run
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    (copy / "best_model.safetensors").unlink()
+    (copy / "evaluation.json").write_text('{"mine": 1}')
+    out = evaluate_run(copy, episodes=2, model="best")
+    assert (out["model"], out["model_requested"]) == ("final", "best")
+    assert json.loads((copy / "evaluation_best.json").read_text()) == out
+    assert json.loads((copy / "evaluation.json").read_text()) == {"mine": 1}
 
 
 def test_summary_says_how_long_the_evaluations_took(run: Path) -> None:

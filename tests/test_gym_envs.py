@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -345,6 +346,67 @@ def test_a_pixel_run_resumes_exactly_from_either_replay_storage(saved_as: str) -
         )
         for a, b in pairs:
             assert torch.equal(a, b)
+    finally:
+        straight.close()
+        resumed.close()
+
+
+class _NumpyState(_Image):
+    """An env whose get_state() holds NumPy values, as user envs naturally do."""
+
+    seen: ClassVar[list[dict]] = []
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        out = super().reset(seed=seed, options=options)
+        self.t = np.int64(0)
+        self.level = np.float32(0.1)
+        self.trail = np.zeros(3, np.float32)
+        return out
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        self.level = np.float32(self.level * np.float32(1.1))
+        self.trail = np.roll(self.trail, 1) + self.level
+        return super().step(action)
+
+    t, level, trail = np.int64(0), np.float32(0.1), np.zeros(3, np.float32)  # before reset
+
+    def get_state(self) -> dict:
+        return {"t": self.t, "level": self.level, "trail": self.trail, "flags": (np.bool_(1),)}
+
+    def set_state(self, state: dict) -> None:
+        type(self).seen.append(state)
+        self.t, self.level, self.trail = state["t"], state["level"], state["trail"]
+
+
+def test_numpy_values_in_a_custom_env_state_come_back_as_they_were() -> None:
+    """get_state() may hold NumPy scalars and arrays: a checkpoint keeps their dtypes, so the
+    env's set_state gets back exactly what it gave (a np.int64 crashed the checkpoint writer);
+    a value JSON cannot hold is refused in one line that says where it is."""
+    from foxhunt.errors import EnvironmentStepError
+    from foxhunt.trainstate import capture_state, restore_state
+
+    hp = _hp(n_envs=2, seed=3)
+    straight, resumed = DQNTrainer(hp, _NumpyState), DQNTrainer(hp, _NumpyState)
+    try:
+        straight.learn(23)
+        tensors, state = capture_state(straight)
+        _NumpyState.seen.clear()
+        restore_state(resumed, {k: v.clone() for k, v in tensors.items()}, state)
+        originals = [e.unwrapped.get_state() for e in straight.envs.envs]
+        assert len(_NumpyState.seen) == 2
+        for got, want in zip(_NumpyState.seen, originals, strict=True):
+            assert type(got["t"]) is np.int64 and got["t"] == want["t"]
+            assert type(got["level"]) is np.float32 and got["level"] == want["level"]
+            assert got["trail"].dtype == np.float32 and np.array_equal(got["trail"], want["trail"])
+            assert got["flags"] == [np.bool_(True)] and type(got["flags"][0]) is np.bool_
+        straight.learn(60)
+        resumed.learn(60)
+        for a, b in zip(straight.envs.envs, resumed.envs.envs, strict=True):
+            assert a.unwrapped.level == b.unwrapped.level and a.unwrapped.t == b.unwrapped.t
+        straight.envs.envs[1].unwrapped.trail = {"a": {1, 2}}
+        where = r"_NumpyState.get_state\(\)\['trail'\]\['a'\] is a set"
+        with pytest.raises(EnvironmentStepError, match=where):
+            capture_state(straight)
     finally:
         straight.close()
         resumed.close()

@@ -42,6 +42,50 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def _encode_custom(value: Any, where: str) -> Any:
+    """An env's own ``get_state()`` output as JSON: NumPy arrays and scalars are tagged with
+    their dtype (so ``set_state`` gets back exactly what it gave, and a resume stays bitwise);
+    anything JSON cannot hold is refused here, in one line naming where it sits, instead of as a
+    traceback from the checkpoint writer. A np.float64 is a float and stays one, as JSON always
+    wrote it (checkpoints that resumed before still compare equal)."""
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, np.ndarray | np.generic) and np.asarray(value).dtype.kind in "biuf":
+        if isinstance(value, np.ndarray):
+            return _encode(value)
+        return {"__npscalar__": value.item(), "dtype": str(value.dtype)}
+    if isinstance(value, dict):
+        return {k: _encode_custom(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode_custom(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    from foxhunt.errors import EnvironmentStepError
+
+    kind = f"{type(value).__name__}"
+    if isinstance(value, np.ndarray | np.generic):
+        kind += f" of dtype {value.dtype}"
+    raise EnvironmentStepError(
+        f"{where} is a {kind}, which a checkpoint cannot hold: get_state() may return dicts, "
+        "lists, strings, numbers, booleans, None and NumPy numeric arrays or scalars"
+    )
+
+
+def _decode_custom(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"__npscalar__", "dtype"}:
+        dtype = np.dtype(value["dtype"])
+        if dtype.kind not in "biuf":
+            raise ValueError(f"not a numeric dtype: {value['dtype']!r:.40}")
+        return dtype.type(value["__npscalar__"])
+    if isinstance(value, dict) and set(value) == {"__ndarray__", "dtype", "shape"}:
+        return _decode(value)
+    if isinstance(value, dict):
+        return {k: _decode_custom(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_custom(v) for v in value]
+    return value
+
+
 def _chain(env: gym.Env) -> list[gym.Env]:
     out = [env]
     while isinstance(out[-1], gym.Wrapper):
@@ -57,7 +101,8 @@ def get_env_state(env: gym.Env) -> dict[str, Any] | None:
         {a: _encode(getattr(w, a)) for a in _WRAPPER_ATTRS if hasattr(w, a)} for w in chain[:-1]
     ]
     if hasattr(base, "get_state") and callable(base.get_state):
-        base_state: dict[str, Any] = {"custom": base.get_state()}
+        where = f"{type(base).__name__}.get_state()"
+        base_state: dict[str, Any] = {"custom": _encode_custom(base.get_state(), where)}
     else:
         attrs = {a: _encode(getattr(base, a)) for a in _BASE_ATTRS if hasattr(base, a)}
         if "state" not in attrs and "s" not in attrs:
@@ -145,9 +190,13 @@ def set_env_state(env: gym.Env, state: dict[str, Any], *, where: str = "env") ->
             rng.bit_generator.state = b["np_random"]
         except (TypeError, ValueError, KeyError, OverflowError) as err:
             raise fail("base.np_random", f"is malformed ({err})") from None
+    try:
+        custom = _decode_custom(b["custom"]) if "custom" in b else None
+    except (TypeError, ValueError, KeyError, OverflowError) as err:
+        raise fail("base.custom", f"is malformed ({err})") from None
     # Everything checked: apply (a custom env validates its own state in ``set_state``).
     if "custom" in b:
-        base.set_state(b["custom"])  # type: ignore[attr-defined]
+        base.set_state(custom)  # type: ignore[attr-defined]
     if rng is not None:
         base._np_random = rng  # type: ignore[attr-defined]
     for obj, k, value in plan:

@@ -522,8 +522,9 @@ def walk_forward_runs(
     windows ``step`` bars apart, back to back by default). A fold's ``train_size`` bars end with
     its ``validation_size`` validation bars (model selection, early evaluations); its regime
     detector and normalisation are fitted on the rest, so nothing from its test window or later
-    reaches it. Each fold is an ordinary run in ``run_root/fold-K`` (its bars in ``bars.csv``
-    there), so ``foxhunt evaluate/report`` work on it. Every input is checked before anything
+    reaches it. Each fold is an ordinary run in ``run_root/fold-K/run`` (its bars in
+    ``run_root/fold-K/bars.csv``; the ``run_dir`` column of the result says where), so
+    ``foxhunt evaluate/report`` work on it. Every input is checked before anything
     is written. Returns one row per fold, also written to ``run_root/walk_forward.csv``.
     """
     from pydantic import ValidationError
@@ -737,13 +738,16 @@ def evaluate_run(
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     data = data_path(data)
     agent = load_model(run_dir, model)
-    model = _weights_used(run_dir, model)
+    requested, model = model, _weights_used(run_dir, model)
     act = model_policy(agent)
     fits = _model_fits(agent, run_dir)
     if not spec.is_trading:
         out = {"model": model, **gym_evaluation(spec, act, episodes, fits=fits)}
-        # The best weights' score beside the final one's, never over it.
-        name = "evaluation.json" if model == "final" else f"evaluation_{model}.json"
+        if requested != model:  # a run without best weights: the final ones stood in
+            out = {"model_requested": requested, **out}
+        # Named after what was asked for, as documented: the best weights' score (or the final
+        # weights standing in for them) beside the final one's, never over it.
+        name = "evaluation.json" if requested == "final" else f"evaluation_{requested}.json"
         atomic_write_text(run_dir / name, json.dumps(out, indent=2))
         return out
     return backtest_run(
