@@ -438,6 +438,10 @@ def test_a_stopped_ensemble_is_continued_by_ensemble_resume() -> None:
     said = _interrupted(TrainingInterrupted(40, None), before_any, "terminated (SIGTERM)")
     assert said.startswith("terminated (SIGTERM) at env step 40 of a member")
     assert said.endswith("`foxhunt ensemble resume e2`")
+    starting = argparse.Namespace(command="ensemble", ensemble_command="resume", run_dir="e 3")
+    said = _interrupted(KeyboardInterrupt(), starting, "terminated (SIGTERM)")
+    assert said.startswith("terminated (SIGTERM) before a member trained")
+    assert said.endswith("continue with `foxhunt ensemble resume 'e 3'`")
 
 
 def test_a_stop_signal_names_its_stop_without_importing_torch(tmp_path: Path) -> None:

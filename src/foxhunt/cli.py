@@ -721,6 +721,12 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
         )
     if isinstance(err, TrainingInterrupted):
         return f"{how} at env step {err.env_steps} (nothing to save here)"
+    if args.command == "ensemble" and getattr(args, "ensemble_command", None) == "resume":
+        # Stopped while the resume started up, before a member trained: nothing was lost.
+        return (
+            f"{how} before a member trained: the ensemble is as it was; continue with "
+            f"`foxhunt ensemble resume {shell_quoted(args.run_dir)}`"
+        )
     if args.command in ("train", "resume"):
         return (
             f"{how} at once (a second stop signal, or before training started): the run keeps "
