@@ -403,6 +403,24 @@ def test_numpy_values_in_a_custom_env_state_come_back_as_they_were() -> None:
         resumed.learn(60)
         for a, b in zip(straight.envs.envs, resumed.envs.envs, strict=True):
             assert a.unwrapped.level == b.unwrapped.level and a.unwrapped.t == b.unwrapped.t
+        # A dict that looks like a tag stays a dict; what JSON cannot hold is refused by name.
+        env = straight.envs.envs[1].unwrapped
+        lookalike = {"__ndarray__": [1, 2], "dtype": "int64", "shape": [2]}
+        env.trail = {"__npscalar__": 3, "dtype": "int8", "x": lookalike}
+        tensors, state = capture_state(straight)
+        _NumpyState.seen.clear()
+        restore_state(resumed, {k: v.clone() for k, v in tensors.items()}, state)
+        assert _NumpyState.seen[1]["trail"] == {"__npscalar__": 3, "dtype": "int8", "x": lookalike}
+        loop: list = []
+        loop.append(loop)
+        for bad, what in (
+            ({np.int64(1): 2}, r"\['trail'\] is a dict with the key np.int64\(1\)"),
+            (np.longdouble(1), r"\['trail'\] is a longdouble of dtype float128"),
+            ([0, loop], r"\['trail'\]\[1\]\[0\] is the container it sits in"),
+        ):
+            env.trail = bad
+            with pytest.raises(EnvironmentStepError, match=what):
+                capture_state(straight)
         straight.envs.envs[1].unwrapped.trail = {"a": {1, 2}}
         where = r"_NumpyState.get_state\(\)\['trail'\]\['a'\] is a set"
         with pytest.raises(EnvironmentStepError, match=where):
@@ -410,6 +428,30 @@ def test_numpy_values_in_a_custom_env_state_come_back_as_they_were() -> None:
     finally:
         straight.close()
         resumed.close()
+
+
+def test_forged_numpy_tags_in_a_custom_env_state_are_refused_in_one_line() -> None:
+    from foxhunt.envstate import get_env_state, set_env_state
+    from foxhunt.errors import CheckpointError
+
+    env = _NumpyState()
+    env.reset(seed=0)
+    good = json.loads(json.dumps(get_env_state(env)))
+    forged = [
+        {"__npscalar__": 1, "dtype": "O"},
+        {"__npscalar__": 1.5, "dtype": "int64"},
+        {"__npscalar__": "12", "dtype": "int64"},
+        {"__ndarray__": [[1]], "dtype": "float32", "shape": [1]},
+        {"__ndarray__": ["a"] * 8, "dtype": "S2000000000", "shape": [8]},
+        {"__ndarray__": [1], "dtype": "x" * 100_000, "shape": [1]},
+        {"__dict__": [1]},
+    ]
+    for tag in forged:
+        state = {**good, "base": {**good["base"], "custom": {**good["base"]["custom"], "t": tag}}}
+        with pytest.raises(CheckpointError, match=r"base.custom is malformed") as err:
+            set_env_state(env, state)
+        assert len(str(err.value)) < 300 and "\n" not in str(err.value)
+    assert env.t == 0
 
 
 def test_a_cut_off_evaluation_episode_is_warned(caplog: pytest.LogCaptureFixture) -> None:

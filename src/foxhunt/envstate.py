@@ -42,43 +42,82 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _encode_custom(value: Any, where: str) -> Any:
-    """An env's own ``get_state()`` output as JSON: NumPy arrays and scalars are tagged with
-    their dtype (so ``set_state`` gets back exactly what it gave, and a resume stays bitwise);
-    anything JSON cannot hold is refused here, in one line naming where it sits, instead of as a
-    traceback from the checkpoint writer. A np.float64 is a float and stays one, as JSON always
-    wrote it (checkpoints that resumed before still compare equal)."""
+_MARKS = ("__npscalar__", "__ndarray__", "__dict__")
+
+
+def _plain_dtype(dtype: np.dtype) -> bool:
+    """Booleans, integers and floats of up to 64 bits: what JSON numbers hold exactly."""
+    return dtype.kind in "biuf" and dtype.itemsize <= 8
+
+
+def _encode_custom(value: Any, where: str, _open: frozenset[int] = frozenset()) -> Any:
+    """An env's own ``get_state()`` output as JSON: NumPy numeric arrays and scalars are tagged
+    with their dtype (so ``set_state`` gets back what it gave, and a resume stays bitwise), and a
+    dict whose keys look like such a tag is wrapped so that it stays a dict. Anything JSON cannot
+    hold is refused here, in one line naming where it sits, instead of as a traceback from the
+    checkpoint writer. A np.float64 is a float and comes back as one, as JSON always wrote it
+    (checkpoints that resumed before still compare equal on their round trip)."""
+    from foxhunt.errors import EnvironmentStepError
+
+    def refuse(what: str) -> EnvironmentStepError:
+        return EnvironmentStepError(
+            f"{where} is {what}, which a checkpoint cannot hold: get_state() may return dicts "
+            "with string keys, lists, strings, numbers, booleans, None and NumPy arrays or "
+            "scalars of booleans, integers or floats (up to 64 bits)"
+        )
+
     if isinstance(value, float):
         return float(value)
-    if isinstance(value, np.ndarray | np.generic) and np.asarray(value).dtype.kind in "biuf":
+    if isinstance(value, np.ndarray | np.generic):
+        if not _plain_dtype(value.dtype):
+            raise refuse(f"a {type(value).__name__} of dtype {value.dtype}")
         if isinstance(value, np.ndarray):
             return _encode(value)
         return {"__npscalar__": value.item(), "dtype": str(value.dtype)}
-    if isinstance(value, dict):
-        return {k: _encode_custom(v, f"{where}[{k!r}]") for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_encode_custom(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if value is None or isinstance(value, str | int | float | bool):
+    if value is None or isinstance(value, str | int | bool):
         return value
-    from foxhunt.errors import EnvironmentStepError
-
-    kind = f"{type(value).__name__}"
-    if isinstance(value, np.ndarray | np.generic):
-        kind += f" of dtype {value.dtype}"
-    raise EnvironmentStepError(
-        f"{where} is a {kind}, which a checkpoint cannot hold: get_state() may return dicts, "
-        "lists, strings, numbers, booleans, None and NumPy numeric arrays or scalars"
-    )
+    if not isinstance(value, dict | list | tuple):
+        raise refuse(f"a {type(value).__name__}")
+    if id(value) in _open:
+        raise refuse("the container it sits in (it contains itself)")
+    inner = _open | {id(value)}
+    if isinstance(value, list | tuple):
+        return [_encode_custom(v, f"{where}[{i}]", inner) for i, v in enumerate(value)]
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise refuse(f"a dict with the key {k!r:.40} ({type(k).__name__}; keys must be str)")
+        out[k] = _encode_custom(v, f"{where}[{k!r:.40}]", inner)
+    return {"__dict__": out} if any(m in out for m in _MARKS) else out
 
 
 def _decode_custom(value: Any) -> Any:
-    if isinstance(value, dict) and set(value) == {"__npscalar__", "dtype"}:
-        dtype = np.dtype(value["dtype"])
-        if dtype.kind not in "biuf":
-            raise ValueError(f"not a numeric dtype: {value['dtype']!r:.40}")
-        return dtype.type(value["__npscalar__"])
-    if isinstance(value, dict) and set(value) == {"__ndarray__", "dtype", "shape"}:
-        return _decode(value)
+    """Undo :func:`_encode_custom`; the value comes from a checkpoint file, so a tag with a
+    dtype other than a plain number's, or of another shape than its values, is refused."""
+    if isinstance(value, dict) and "__dict__" in value and len(value) == 1:
+        inner = value["__dict__"]
+        if not isinstance(inner, dict):
+            raise ValueError(f"a wrapped dict holds {type(inner).__name__}")
+        return {k: _decode_custom(v) for k, v in inner.items()}
+    tagged = isinstance(value, dict) and set(value) in (
+        {"__npscalar__", "dtype"},
+        {"__ndarray__", "dtype", "shape"},
+    )
+    if tagged:
+        dtype = np.dtype(value["dtype"]) if isinstance(value["dtype"], str) else None
+        if dtype is None or not _plain_dtype(dtype):
+            raise ValueError(f"not a plain numeric dtype: {value['dtype']!r:.40}")
+        if "__npscalar__" in value:
+            number = value["__npscalar__"]
+            kinds = {"b": bool, "i": int, "u": int, "f": int | float}[dtype.kind]
+            if isinstance(number, bool) != (dtype.kind == "b") or not isinstance(number, kinds):
+                raise ValueError(f"{number!r:.40} is not a {dtype} value")
+            return dtype.type(number)
+        array = np.asarray(value["__ndarray__"], dtype=dtype)
+        shape = value["shape"]
+        if not isinstance(shape, list) or list(array.shape) != shape:
+            raise ValueError(f"values of shape {array.shape} under the shape {shape!r:.40}")
+        return array
     if isinstance(value, dict):
         return {k: _decode_custom(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -192,8 +231,8 @@ def set_env_state(env: gym.Env, state: dict[str, Any], *, where: str = "env") ->
             raise fail("base.np_random", f"is malformed ({err})") from None
     try:
         custom = _decode_custom(b["custom"]) if "custom" in b else None
-    except (TypeError, ValueError, KeyError, OverflowError) as err:
-        raise fail("base.custom", f"is malformed ({err})") from None
+    except (TypeError, ValueError, KeyError, OverflowError, MemoryError) as err:
+        raise fail("base.custom", f"is malformed ({str(err)[:120]})") from None
     # Everything checked: apply (a custom env validates its own state in ``set_state``).
     if "custom" in b:
         base.set_state(custom)  # type: ignore[attr-defined]
