@@ -150,3 +150,49 @@ def test_prepare_market_caps_regimes_as_the_cli_does():
     for bad in (0, 17, 50, True):
         with pytest.raises(ConfigError, match=r"n_regimes must be an integer in 1..16"):
             prepare_market(df, train_end=400, n_regimes=bad)
+
+
+def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
+    arrays, market, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run keeps its fitted HMM (data.json), so evaluate and resume do not repeat Baum-Welch
+    (minutes on a million bars): the kept state gives the same arrays as the fit, and is only
+    taken for the same training rows and settings; a damaged one is refitted, with a warning."""
+    import json
+
+    from foxhunt.markets.pipeline import prepare_market_with_detector
+
+    fitted, state = prepare_market_with_detector(market, train_end=TRAIN_END, seed=0)
+    assert state is not None and set(state) == {"key", "params"}
+    state = json.loads(json.dumps(state))  # as data.json holds it
+    calls: list[int] = []
+    real_fit = GaussianHMMDetector.fit
+
+    def counting_fit(self, train):  # type: ignore[no-untyped-def]
+        calls.append(len(train))
+        return real_fit(self, train)
+
+    monkeypatch.setattr(GaussianHMMDetector, "fit", counting_fit)
+    again, kept = prepare_market_with_detector(
+        market, train_end=TRAIN_END, seed=0, detector_state=state
+    )
+    assert calls == [] and kept == state
+    for name in ("regime_probs", "features", "close"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(arrays, name))
+        np.testing.assert_array_equal(getattr(again, name), getattr(fitted, name))
+    # Other training rows, another seed, another value in the training span: refitted.
+    prepare_market_with_detector(market, train_end=TRAIN_END - 1, seed=0, detector_state=state)
+    prepare_market_with_detector(market, train_end=TRAIN_END, seed=1, detector_state=state)
+    changed = market.copy()
+    changed.iloc[10, changed.columns.get_loc("close")] *= 1.0001
+    prepare_market_with_detector(changed, train_end=TRAIN_END, seed=0, detector_state=state)
+    assert calls == [TRAIN_END - 1, TRAIN_END, TRAIN_END]
+    # Damaged: refitted, the same arrays as the fit.
+    for damage in ({"transition_": [[2.0] * 4] * 4}, {"means_": [[0.0]]}, {"start_": None}):
+        bad = {"key": state["key"], "params": {**state["params"], **damage}}
+        with caplog.at_level("WARNING", logger="foxhunt.markets.pipeline"):
+            out, _ = prepare_market_with_detector(
+                market, train_end=TRAIN_END, seed=0, detector_state=bad
+            )
+        np.testing.assert_array_equal(out.regime_probs, arrays.regime_probs)
+    assert len(calls) == 6 and caplog.text.count("kept regime detector is damaged") == 3

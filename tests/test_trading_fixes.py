@@ -329,6 +329,46 @@ def test_evaluate_keeps_the_trained_spans_when_the_file_grew(trained_on_600, tmp
     np.testing.assert_array_equal(now.market.features[:600], then.market.features)
 
 
+def test_evaluate_and_resume_use_the_detector_the_run_trained_with(
+    trained_on_600, tmp_path, monkeypatch
+):
+    """data.json keeps the fitted HMM: evaluate (also of the grown file) and resume do not fit
+    it again, and a record without one (a run from before it was kept) is refitted."""
+    import json
+
+    from foxhunt.markets.regimes import GaussianHMMDetector
+    from foxhunt.runs import build_spec, load_spec, read_data_record
+    from foxhunt.session import evaluate_run, resume_training, run_training
+
+    lines = (trained_on_600 / "full.csv").read_text().splitlines(keepends=True)
+    data = tmp_path / "prices.csv"
+    data.write_text("".join(lines[:601]))
+    hmm = {**TINY_RUN, "market.detector": "hmm"}
+    run = tmp_path / "run"
+    run_training(build_spec(data=str(data), overrides=hmm, total_steps=300), run, progress=False)
+    data.write_text("".join(lines))  # 100 bars more
+    fits: list[int] = []
+    real_fit = GaussianHMMDetector.fit
+
+    def counting_fit(self, train):  # type: ignore[no-untyped-def]
+        fits.append(len(train))
+        return real_fit(self, train)
+
+    monkeypatch.setattr(GaussianHMMDetector, "fit", counting_fit)
+    assert set(read_data_record(run)["detector"]) == {"key", "params"}
+    kept = evaluate_run(run)  # the grown file: the same training rows
+    assert fits == []
+    data.write_text("".join(lines[:601]))
+    resume_training(run, total_steps=310, progress=False)
+    assert fits == []
+    data.write_text("".join(lines))
+    record = json.loads((run / "data.json").read_text())
+    del record["detector"]
+    (run / "data.json").write_text(json.dumps(record))
+    assert evaluate_run(run) == kept and fits == [420]
+    assert load_spec(run).market.detector == "hmm"
+
+
 def test_resume_refuses_any_change_and_evaluate_a_misaligned_one(trained_on_600, tmp_path):
     from foxhunt.errors import DataError
     from foxhunt.session import evaluate_run, resume_training

@@ -504,7 +504,7 @@ def build_trading(
     (acting on new bars), which refuses it. ``frame``: the bars ``market.data`` will hold, not
     yet written (a walk-forward fold checked before any fold is written).
     """
-    from foxhunt.markets.pipeline import prepare_market
+    from foxhunt.markets.pipeline import prepare_market_with_detector
 
     m = spec.market
     config = spec.trading_config()
@@ -568,19 +568,24 @@ def build_trading(
         "val_end": val_end,
         "validated_last": str(df.index[val_end - 1]),
     }
+    # The detector the run trained with, when its training rows are these: no refit.
+    kept = recorded.get("detector") if recorded is not None else None
     try:
-        market = prepare_market(
+        market, fitted = prepare_market_with_detector(
             df,
             train_end=train_end,
             detector=m.detector,
             n_regimes=m.n_regimes,
             seed=spec.hyperparameters.seed,
+            detector_state=kept if isinstance(kept, dict) else None,
         )
     except DataError as err:  # detectors see a frame; name the file the user gave
         where = source or "the synthetic market"
         raise DataError(
             str(err).replace("<DataFrame>", f"{where} (market.detector={m.detector})", 1)
         ) from None
+    if fitted is not None:
+        record["detector"] = fitted
     if m.features is not None:
         market = select_features(market, m.features)
     return TradingSetup(

@@ -8,6 +8,12 @@ leading rows of running it on the whole frame: nothing after a bar influences th
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -18,7 +24,15 @@ from foxhunt.markets.features import FeatureNormalizer, compute_features, featur
 from foxhunt.markets.regimes import GaussianHMMDetector, RegimeDetector, VolatilityTrendDetector
 from foxhunt.markets.synthetic import SyntheticMarketConfig, generate_market
 
-__all__ = ["DETECTORS", "default_market", "make_detector", "prepare_market"]
+__all__ = [
+    "DETECTORS",
+    "default_market",
+    "make_detector",
+    "prepare_market",
+    "prepare_market_with_detector",
+]
+
+log = logging.getLogger(__name__)
 
 # "oracle" one-hot encodes the true `regime` column (synthetic data only): an upper bound for
 # ablations, not a detector. "none" gives a single constant regime: the no-regime ablation.
@@ -69,6 +83,42 @@ def prepare_market(
     detector (``"hmm"``, ``"volatility_trend"``, ``"oracle"`` or ``"none"``) is fitted on the
     same rows and filtered over all rows. Warm-up rows have zero features (see ``features.py``).
     """
+    return prepare_market_with_detector(
+        df, train_end=train_end, detector=detector, n_regimes=n_regimes, seed=seed
+    )[0]
+
+
+# Bumped whenever the HMM fit changes: a detector kept by an older version is then refitted.
+_FIT_VERSION = 1
+
+
+def _fit_key(train: pd.DataFrame, detector: str, n_regimes: int, seed: int) -> str:
+    """What a fitted detector depends on: its settings and every value of the training rows."""
+    h = hashlib.sha256(json.dumps([_FIT_VERSION, detector, n_regimes, seed]).encode())
+    h.update(train.index.to_numpy(dtype="datetime64[ns]").view(np.int64).tobytes())
+    for column in ("open", "high", "low", "close", "volume"):
+        if column in train.columns:
+            h.update(column.encode())
+            h.update(np.ascontiguousarray(train[column].to_numpy(dtype=np.float64)).tobytes())
+    return h.hexdigest()
+
+
+def prepare_market_with_detector(
+    df: pd.DataFrame,
+    *,
+    train_end: int,
+    detector: str = "hmm",
+    n_regimes: int = 4,
+    seed: int = 0,
+    detector_state: Mapping[str, Any] | None = None,
+) -> tuple[MarketArrays, dict[str, Any] | None]:
+    """:func:`prepare_market`, also returning the fitted HMM's state (None for the other
+    detectors, whose fits take milliseconds) and taking one back: ``detector_state`` from an
+    earlier call on the same training rows and settings is used instead of refitting (a run's
+    evaluate and resume on a million-bar file would otherwise repeat minutes of Baum-Welch). A
+    state for other rows or settings is ignored; a damaged one is refitted, with a warning. The
+    result is the same array for array either way.
+    """
     if detector not in DETECTORS:
         raise ConfigError(
             f"detector must be one of {', '.join(repr(d) for d in DETECTORS)}, got {detector!r}"
@@ -97,20 +147,33 @@ def prepare_market(
     normalizer = FeatureNormalizer().fit(raw.iloc[:train_end])
     features = normalizer.transform(raw).astype(np.float32)
 
+    kept_state: dict[str, Any] | None = None
     if detector == "none":
         probs = np.ones((n, 1))
         names: tuple[str, ...] = ("all",)
     elif detector == "oracle":
         probs, names = _oracle_probs(frame, n_regimes)
     else:
-        model = make_detector(detector, n_regimes, seed=seed).fit(train)
+        model = make_detector(detector, n_regimes, seed=seed)
+        key = _fit_key(train, detector, n_regimes, seed) if detector == "hmm" else None
+        kept = detector_state is not None and detector_state.get("key") == key
+        if kept and detector_state is not None:
+            try:
+                model.load_fitted_state(detector_state.get("params"))  # type: ignore[attr-defined]
+            except ValueError as err:
+                log.warning("the run's kept regime detector is damaged (%s): refitting it", err)
+                kept = False
+        if not kept:
+            model = model.fit(train)
+        if key is not None:
+            kept_state = {"key": key, "params": model.fitted_state()}  # type: ignore[attr-defined]
         probs = model.predict_proba(frame)
         names = tuple(model.regime_names)
     probs32 = probs.astype(np.float32)
     probs32 /= probs32.sum(axis=1, keepdims=True)
 
     true = frame["regime"].to_numpy(dtype=np.int64) if "regime" in frame.columns else None
-    return MarketArrays(
+    market = MarketArrays(
         timestamps=frame.index.to_numpy(dtype="datetime64[ns]"),
         close=frame["close"].to_numpy(dtype=np.float64),
         features=np.ascontiguousarray(features),
@@ -123,3 +186,4 @@ def prepare_market(
         if true is not None
         else (),
     )
+    return market, kept_state

@@ -336,6 +336,19 @@ def _stationary(a: np.ndarray) -> np.ndarray:
     return pi / pi.sum() if pi.sum() > 0 else np.full(k, 1.0 / k)
 
 
+# Everything predict_proba reads, with its shape (K states, D = 2 observation columns).
+_HMM_FITTED = {
+    "feature_mean_": ("D",),
+    "feature_std_": ("D",),
+    "means_": ("K", "D"),
+    "variances_": ("K", "D"),
+    "transition_": ("K", "K"),
+    "start_": ("K",),
+    "state_return_": ("K",),
+    "state_volatility_": ("K",),
+}
+
+
 class GaussianHMMDetector:
     """Gaussian HMM regimes, fitted by Baum-Welch on the training span, applied as a filter.
 
@@ -577,6 +590,73 @@ class GaussianHMMDetector:
 
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         return np.argmax(self.predict_proba(df), axis=1).astype(np.int64)
+
+    def _settings(self) -> dict[str, float | int]:
+        return {
+            "n_regimes": self._n,
+            "vol_window": self.vol_window,
+            "n_restarts": self.n_restarts,
+            "max_iter": self.max_iter,
+            "tol": self.tol,
+            "min_variance": self.min_variance,
+            "clip_sigma": self.clip_sigma,
+            "sticky_init": self.sticky_init,
+            "seed": self.seed,
+        }
+
+    def fitted_state(self) -> dict[str, object]:
+        """The fitted model as JSON values (floats round-trip exactly), so a run keeps the
+        detector it trained with instead of refitting it for every evaluate and resume: Baum-Welch
+        over a million training bars takes minutes, the filter seconds."""
+        _check_fitted(self, "transition_")
+        return {
+            "settings": self._settings(),
+            **{a: np.asarray(getattr(self, a)).tolist() for a in _HMM_FITTED},
+            "log_likelihood_history": list(self.log_likelihood_history_),
+            "n_iter": self.n_iter_,
+            "converged": self.converged_,
+        }
+
+    def load_fitted_state(self, state: object) -> GaussianHMMDetector:
+        """Take :meth:`fitted_state`'s output instead of fitting. It comes from a file, so it is
+        checked whole first (settings equal to this detector's, shapes, finite values, positive
+        variances, stochastic transitions); ValueError says what is wrong, nothing is set."""
+        if not isinstance(state, dict):
+            raise ValueError(f"must be a mapping, got {type(state).__name__}")
+        if state.get("settings") != self._settings():
+            raise ValueError(f"settings {state.get('settings')!r:.120} are not this detector's")
+        dims = {"K": self._n, "D": 2}
+        arrays: dict[str, np.ndarray] = {}
+        for name, shape in _HMM_FITTED.items():
+            want = tuple(dims[d] for d in shape)
+            try:
+                value = np.asarray(state[name], dtype=np.float64)
+            except (KeyError, TypeError, ValueError) as err:
+                raise ValueError(f"{name} is missing or not numeric ({err})") from None
+            if value.shape != want or not np.isfinite(value).all():
+                raise ValueError(f"{name} must be finite numbers of shape {want}")
+            arrays[name] = value
+        t = arrays["transition_"]
+        positive = ("feature_std_", "variances_", "state_volatility_")
+        if any((arrays[n] < 0).any() for n in positive) or (t < 0).any():
+            raise ValueError("a variance, volatility or transition probability is negative")
+        if (arrays["feature_std_"] == 0).any() or (arrays["variances_"] == 0).any():
+            raise ValueError("a standard deviation or variance is zero")
+        if not np.allclose(t.sum(axis=1), 1.0, rtol=0, atol=1e-9):
+            raise ValueError("a transition row does not sum to 1")
+        history, n_iter = state.get("log_likelihood_history"), state.get("n_iter")
+        if not isinstance(history, list) or not all(isinstance(h, float | int) for h in history):
+            raise ValueError("log_likelihood_history must be a list of numbers")
+        if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 0:
+            raise ValueError(f"n_iter must be a count, got {n_iter!r:.40}")
+        if not isinstance(state.get("converged"), bool):
+            raise ValueError("converged must be true or false")
+        for name, value in arrays.items():
+            setattr(self, name, value)
+        self.log_likelihood_history_ = [float(h) for h in history]
+        self.n_iter_ = n_iter
+        self.converged_ = state["converged"]
+        return self
 
     def score(self, df: pd.DataFrame) -> float:
         """Log-likelihood of the span's observations under the fitted model (filter prior)."""
