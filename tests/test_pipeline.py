@@ -188,11 +188,31 @@ def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
     prepare_market_with_detector(changed, train_end=TRAIN_END, seed=0, detector_state=state)
     assert calls == [TRAIN_END - 1, TRAIN_END, TRAIN_END]
     # Damaged: refitted, the same arrays as the fit.
-    for damage in ({"transition_": [[2.0] * 4] * 4}, {"means_": [[0.0]]}, {"start_": None}):
+    damages = (
+        {"transition_": [[2.0] * 4] * 4},
+        {"means_": [[0.0]]},
+        {"means_": None},
+        {"means_": [[10**400, 0.0]] * 4},  # past float: OverflowError
+        {"log_likelihood_history": [10**400]},
+        {"variances_": [[1e-320, 1.0]] * 4},  # below min_variance: no fit gives it
+        {"feature_std_": [0.0, 1.0]},
+        {"state_return_": ["0.25"] * 4},
+        {"converged": "yes"},
+    )
+    for damage in damages:
         bad = {"key": state["key"], "params": {**state["params"], **damage}}
         with caplog.at_level("WARNING", logger="foxhunt.markets.pipeline"):
             out, _ = prepare_market_with_detector(
                 market, train_end=TRAIN_END, seed=0, detector_state=bad
             )
         np.testing.assert_array_equal(out.regime_probs, arrays.regime_probs)
-    assert len(calls) == 6 and caplog.text.count("kept regime detector is damaged") == 3
+    assert len(calls) == 3 + len(damages)
+    assert caplog.text.count("kept regime detector is damaged") == len(damages)
+    # start_ is not stored: the filter's prior is recomputed from the transitions, as fitted.
+    assert "start_" not in state["params"]
+    # Other detectors keep nothing, and take nothing, whatever a record says.
+    for record in ({}, {"key": None, "params": {}}, [1]):
+        out, kept = prepare_market_with_detector(
+            market, train_end=TRAIN_END, detector="volatility_trend", detector_state=record
+        )
+        assert kept is None

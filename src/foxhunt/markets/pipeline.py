@@ -156,7 +156,11 @@ def prepare_market_with_detector(
     else:
         model = make_detector(detector, n_regimes, seed=seed)
         key = _fit_key(train, detector, n_regimes, seed) if detector == "hmm" else None
-        kept = detector_state is not None and detector_state.get("key") == key
+        kept = (
+            key is not None
+            and isinstance(detector_state, Mapping)
+            and detector_state.get("key") == key
+        )
         if kept and detector_state is not None:
             try:
                 model.load_fitted_state(detector_state.get("params"))  # type: ignore[attr-defined]

@@ -336,14 +336,14 @@ def _stationary(a: np.ndarray) -> np.ndarray:
     return pi / pi.sum() if pi.sum() > 0 else np.full(k, 1.0 / k)
 
 
-# Everything predict_proba reads, with its shape (K states, D = 2 observation columns).
+# What a fit learns, with its shape (K states, D = 2 observation columns); predict_proba also
+# reads start_, which is the stationary law of transition_ and is recomputed, never stored.
 _HMM_FITTED = {
     "feature_mean_": ("D",),
     "feature_std_": ("D",),
     "means_": ("K", "D"),
     "variances_": ("K", "D"),
     "transition_": ("K", "K"),
-    "start_": ("K",),
     "state_return_": ("K",),
     "state_volatility_": ("K",),
 }
@@ -619,8 +619,10 @@ class GaussianHMMDetector:
 
     def load_fitted_state(self, state: object) -> GaussianHMMDetector:
         """Take :meth:`fitted_state`'s output instead of fitting. It comes from a file, so it is
-        checked whole first (settings equal to this detector's, shapes, finite values, positive
-        variances, stochastic transitions); ValueError says what is wrong, nothing is set."""
+        checked whole first against what a fit can produce (this detector's settings, shapes,
+        finite numbers, variances at least ``min_variance``, positive scales, stochastic
+        transitions); the filter's prior is recomputed from the transitions, as the fit does.
+        ValueError says what is wrong, and nothing is set."""
         if not isinstance(state, dict):
             raise ValueError(f"must be a mapping, got {type(state).__name__}")
         if state.get("settings") != self._settings():
@@ -630,22 +632,30 @@ class GaussianHMMDetector:
         for name, shape in _HMM_FITTED.items():
             want = tuple(dims[d] for d in shape)
             try:
-                value = np.asarray(state[name], dtype=np.float64)
-            except (KeyError, TypeError, ValueError) as err:
-                raise ValueError(f"{name} is missing or not numeric ({err})") from None
-            if value.shape != want or not np.isfinite(value).all():
+                raw = np.asarray(state[name])
+                value = raw.astype(np.float64)
+            except (KeyError, TypeError, ValueError, OverflowError) as err:
+                raise ValueError(f"{name} is missing or not numeric ({str(err)[:80]})") from None
+            numbers = raw.dtype.kind in "iuf" or (raw.size == 0 and raw.dtype.kind != "b")
+            if not numbers or value.shape != want or not np.isfinite(value).all():
                 raise ValueError(f"{name} must be finite numbers of shape {want}")
             arrays[name] = value
         t = arrays["transition_"]
-        positive = ("feature_std_", "variances_", "state_volatility_")
-        if any((arrays[n] < 0).any() for n in positive) or (t < 0).any():
-            raise ValueError("a variance, volatility or transition probability is negative")
-        if (arrays["feature_std_"] == 0).any() or (arrays["variances_"] == 0).any():
-            raise ValueError("a standard deviation or variance is zero")
-        if not np.allclose(t.sum(axis=1), 1.0, rtol=0, atol=1e-9):
-            raise ValueError("a transition row does not sum to 1")
+        if (t < 0).any() or not np.allclose(t.sum(axis=1), 1.0, rtol=0, atol=1e-9):
+            raise ValueError("the transition rows are not probabilities")
+        if (arrays["variances_"] < self.min_variance).any():
+            raise ValueError(f"a variance is below min_variance={self.min_variance}")
+        if not (arrays["feature_std_"] > 1e-12).all() or (arrays["state_volatility_"] < 0).any():
+            raise ValueError("a feature scale or state volatility is not positive")
         history, n_iter = state.get("log_likelihood_history"), state.get("n_iter")
-        if not isinstance(history, list) or not all(isinstance(h, float | int) for h in history):
+        try:
+            ok = isinstance(history, list) and all(
+                not isinstance(h, bool) and isinstance(h, float | int) for h in history
+            )
+            history = [float(h) for h in history] if ok else None  # type: ignore[union-attr]
+        except OverflowError:
+            history = None
+        if history is None:
             raise ValueError("log_likelihood_history must be a list of numbers")
         if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 0:
             raise ValueError(f"n_iter must be a count, got {n_iter!r:.40}")
@@ -653,7 +663,8 @@ class GaussianHMMDetector:
             raise ValueError("converged must be true or false")
         for name, value in arrays.items():
             setattr(self, name, value)
-        self.log_likelihood_history_ = [float(h) for h in history]
+        self.start_ = _stationary(t)
+        self.log_likelihood_history_ = history
         self.n_iter_ = n_iter
         self.converged_ = state["converged"]
         return self
