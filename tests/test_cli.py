@@ -440,8 +440,8 @@ def test_a_stopped_ensemble_is_continued_by_ensemble_resume() -> None:
     assert said.endswith("`foxhunt ensemble resume e2`")
     starting = argparse.Namespace(command="ensemble", ensemble_command="resume", run_dir="e 3")
     said = _interrupted(KeyboardInterrupt(), starting, "terminated (SIGTERM)")
-    assert said.startswith("terminated (SIGTERM) before a member trained")
-    assert said.endswith("continue with `foxhunt ensemble resume 'e 3'`")
+    assert said.startswith("terminated (SIGTERM) while no member's checkpoint could be taken")
+    assert said.endswith("last checkpoint with `foxhunt ensemble resume 'e 3'`")
 
 
 def test_a_stop_signal_names_its_stop_without_importing_torch(tmp_path: Path) -> None:

@@ -406,11 +406,15 @@ def test_numpy_values_in_a_custom_env_state_come_back_as_they_were() -> None:
         # A dict that looks like a tag stays a dict; what JSON cannot hold is refused by name.
         env = straight.envs.envs[1].unwrapped
         lookalike = {"__ndarray__": [1, 2], "dtype": "int64", "shape": [2]}
-        env.trail = {"__npscalar__": 3, "dtype": "int8", "x": lookalike}
+        env.trail = {"__npscalar__": 3, "dtype": "int8", "x": lookalike, 0: 2}
+        env.level = np.zeros((0, 3), np.float32)  # an empty buffer keeps its shape
         tensors, state = capture_state(straight)
         _NumpyState.seen.clear()
         restore_state(resumed, {k: v.clone() for k, v in tensors.items()}, state)
-        assert _NumpyState.seen[1]["trail"] == {"__npscalar__": 3, "dtype": "int8", "x": lookalike}
+        # Keys JSON writes as strings (ints: as checkpoints always did) come back as strings.
+        want = {"__npscalar__": 3, "dtype": "int8", "x": lookalike, "0": 2}
+        assert _NumpyState.seen[1]["trail"] == want
+        assert _NumpyState.seen[1]["level"].shape == (0, 3)
         loop: list = []
         loop.append(loop)
         for bad, what in (
@@ -445,6 +449,11 @@ def test_forged_numpy_tags_in_a_custom_env_state_are_refused_in_one_line() -> No
         {"__ndarray__": ["a"] * 8, "dtype": "S2000000000", "shape": [8]},
         {"__ndarray__": [1], "dtype": "x" * 100_000, "shape": [1]},
         {"__dict__": [1]},
+        {"__ndarray__": [1.5, 2.7], "dtype": "int64", "shape": [2]},
+        {"__ndarray__": ["1.5", "2"], "dtype": "float64", "shape": [2]},
+        {"__ndarray__": [0.5, 7], "dtype": "bool", "shape": [2]},
+        {"__ndarray__": None, "dtype": "float64", "shape": []},
+        {"__ndarray__": [], "dtype": "float64", "shape": [-1, 0]},
     ]
     for tag in forged:
         state = {**good, "base": {**good["base"], "custom": {**good["base"]["custom"], "t": tag}}}

@@ -195,6 +195,8 @@ def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
         {"means_": [[10**400, 0.0]] * 4},  # past float: OverflowError
         {"log_likelihood_history": [10**400]},
         {"variances_": [[1e-320, 1.0]] * 4},  # below min_variance: no fit gives it
+        {"variances_": [[1.0, 1e6]] * 4},  # beyond clip_sigma**2: nor this
+        {"means_": [[1e200, 1e200]] * 4},  # beyond clip_sigma
         {"feature_std_": [0.0, 1.0]},
         {"state_return_": ["0.25"] * 4},
         {"converged": "yes"},

@@ -722,9 +722,11 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
     if isinstance(err, TrainingInterrupted):
         return f"{how} at env step {err.env_steps} (nothing to save here)"
     if args.command == "ensemble" and getattr(args, "ensemble_command", None) == "resume":
-        # Stopped while the resume started up, before a member trained: nothing was lost.
+        # Stopped while no member was training (starting up, between members), or by a second
+        # signal: what is finished stays, and resume takes each member from where it is.
         return (
-            f"{how} before a member trained: the ensemble is as it was; continue with "
+            f"{how} while no member's checkpoint could be taken: finished members are kept and "
+            f"an unfinished one continues from its last checkpoint with "
             f"`foxhunt ensemble resume {shell_quoted(args.run_dir)}`"
         )
     if args.command in ("train", "resume"):

@@ -9,6 +9,7 @@ resumes them from a fresh reset and says so.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -61,9 +62,9 @@ def _encode_custom(value: Any, where: str, _open: frozenset[int] = frozenset()) 
 
     def refuse(what: str) -> EnvironmentStepError:
         return EnvironmentStepError(
-            f"{where} is {what}, which a checkpoint cannot hold: get_state() may return dicts "
-            "with string keys, lists, strings, numbers, booleans, None and NumPy arrays or "
-            "scalars of booleans, integers or floats (up to 64 bits)"
+            f"{where} is {what}, which a checkpoint cannot hold: get_state() may return dicts, "
+            "lists, strings, numbers, booleans, None and NumPy arrays or scalars of booleans, "
+            "integers or floats (up to 64 bits)"
         )
 
     if isinstance(value, float):
@@ -85,8 +86,12 @@ def _encode_custom(value: Any, where: str, _open: frozenset[int] = frozenset()) 
         return [_encode_custom(v, f"{where}[{i}]", inner) for i, v in enumerate(value)]
     out = {}
     for k, v in value.items():
-        if not isinstance(k, str):
-            raise refuse(f"a dict with the key {k!r:.40} ({type(k).__name__}; keys must be str)")
+        # JSON writes int, float, bool and None keys as strings (as checkpoints always did).
+        if isinstance(k, np.generic) or not (k is None or isinstance(k, str | int | float)):
+            raise refuse(
+                f"a dict with the key {k!r:.40} ({type(k).__name__}; keys must be str, int, "
+                "float, bool or None)"
+            )
         out[k] = _encode_custom(v, f"{where}[{k!r:.40}]", inner)
     return {"__dict__": out} if any(m in out for m in _MARKS) else out
 
@@ -113,9 +118,17 @@ def _decode_custom(value: Any) -> Any:
             if isinstance(number, bool) != (dtype.kind == "b") or not isinstance(number, kinds):
                 raise ValueError(f"{number!r:.40} is not a {dtype} value")
             return dtype.type(number)
-        array = np.asarray(value["__ndarray__"], dtype=dtype)
+        raw = np.asarray(value["__ndarray__"])
+        allowed = {"b": "b", "i": "iu", "u": "iu", "f": "iuf"}[dtype.kind]
+        if raw.size and raw.dtype.kind not in allowed:  # no silent casts: 1.5 is no int64
+            raise ValueError(f"{raw.dtype} values under the dtype {dtype}")
+        array = raw.astype(dtype)
         shape = value["shape"]
-        if not isinstance(shape, list) or list(array.shape) != shape:
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"shape {shape!r:.40} is not a list of sizes")
+        if array.size == 0 and math.prod(shape) == 0:
+            array = array.reshape(shape)  # an empty (0, 3) array is written as []
+        if list(array.shape) != shape:
             raise ValueError(f"values of shape {array.shape} under the shape {shape!r:.40}")
         return array
     if isinstance(value, dict):

@@ -643,8 +643,16 @@ class GaussianHMMDetector:
         t = arrays["transition_"]
         if (t < 0).any() or not np.allclose(t.sum(axis=1), 1.0, rtol=0, atol=1e-9):
             raise ValueError("the transition rows are not probabilities")
-        if (arrays["variances_"] < self.min_variance).any():
-            raise ValueError(f"a variance is below min_variance={self.min_variance}")
+        # Means and variances of observations clipped to +-clip_sigma lie within its range.
+        c = self.clip_sigma * (1 + 1e-9)
+        if (np.abs(arrays["means_"]) > c).any():
+            raise ValueError(f"a state mean lies beyond clip_sigma={self.clip_sigma}")
+        v = arrays["variances_"]
+        if (v < self.min_variance).any() or (v > max(c * c, self.min_variance)).any():
+            raise ValueError(
+                f"a variance lies outside [min_variance, clip_sigma**2] = [{self.min_variance}, "
+                f"{self.clip_sigma**2}]"
+            )
         if not (arrays["feature_std_"] > 1e-12).all() or (arrays["state_volatility_"] < 0).any():
             raise ValueError("a feature scale or state volatility is not positive")
         history, n_iter = state.get("log_likelihood_history"), state.get("n_iter")
