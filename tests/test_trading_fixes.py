@@ -490,3 +490,15 @@ def test_an_empty_split_is_refused_not_read_as_test(trained_on_600, tmp_path):
     run = _copy(trained_on_600, tmp_path, "first600.csv")
     with pytest.raises(ConfigError, match=r"split must be one of train, validation, test, all"):
         evaluate_run(run, split="")
+
+
+def test_best_weights_asked_of_a_run_without_them_say_what_ran(trained_on_600, tmp_path):
+    """A trading run that kept no best weights (no evaluations) backtests its final ones for
+    model='best', and says so, as a Gymnasium run's evaluation_best.json does."""
+    from foxhunt.session import evaluate_run
+
+    run = _copy(trained_on_600, tmp_path, "first600.csv")
+    assert not (run / "best_model.safetensors").exists()
+    out = evaluate_run(run, model="best")
+    assert (out["model"], out["model_requested"]) == ("final", "best")
+    assert "model_requested" not in evaluate_run(run)

@@ -750,7 +750,7 @@ def evaluate_run(
         name = "evaluation.json" if requested == "final" else f"evaluation_{requested}.json"
         atomic_write_text(run_dir / name, json.dumps(out, indent=2))
         return out
-    return backtest_run(
+    out = backtest_run(
         run_dir,
         spec,
         act,
@@ -759,6 +759,7 @@ def evaluate_run(
         model=model,
         fits=fits,
     )
+    return out if requested == model else {"model_requested": requested, **out}
 
 
 def _model_fits(agent: DQNAgent, run_dir: Path) -> Callable[[Any, str], None]:
