@@ -25,6 +25,22 @@ OBS_DIM = 6
 N_ACTIONS = 3
 
 
+@pytest.fixture
+def hmm_fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The training-span lengths of every GaussianHMMDetector fit from here on (fits still run)."""
+    from foxhunt.markets.regimes import GaussianHMMDetector
+
+    fits: list[int] = []
+    real_fit = GaussianHMMDetector.fit
+
+    def counting_fit(self: GaussianHMMDetector, train: Any) -> GaussianHMMDetector:
+        fits.append(len(train))
+        return real_fit(self, train)
+
+    monkeypatch.setattr(GaussianHMMDetector, "fit", counting_fit)
+    return fits
+
+
 def make_hp(**overrides: Any) -> DQNHyperparameters:
     """A small, CPU-only config; ``learning_starts`` defaults to the effective batch size."""
     base: dict[str, Any] = dict(

@@ -153,7 +153,7 @@ def test_prepare_market_caps_regimes_as_the_cli_does():
 
 
 def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
-    arrays, market, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    arrays, market, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A run keeps its fitted HMM (data.json), so evaluate and resume do not repeat Baum-Welch
     (minutes on a million bars): the kept state gives the same arrays as the fit, and is only
@@ -165,14 +165,7 @@ def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
     fitted, state = prepare_market_with_detector(market, train_end=TRAIN_END, seed=0)
     assert state is not None and set(state) == {"key", "params"}
     state = json.loads(json.dumps(state))  # as data.json holds it
-    calls: list[int] = []
-    real_fit = GaussianHMMDetector.fit
-
-    def counting_fit(self, train):  # type: ignore[no-untyped-def]
-        calls.append(len(train))
-        return real_fit(self, train)
-
-    monkeypatch.setattr(GaussianHMMDetector, "fit", counting_fit)
+    calls: list[int] = request.getfixturevalue("hmm_fits")  # counted from here on
     again, kept = prepare_market_with_detector(
         market, train_end=TRAIN_END, seed=0, detector_state=state
     )

@@ -330,13 +330,12 @@ def test_evaluate_keeps_the_trained_spans_when_the_file_grew(trained_on_600, tmp
 
 
 def test_evaluate_and_resume_use_the_detector_the_run_trained_with(
-    trained_on_600, tmp_path, monkeypatch
+    trained_on_600, tmp_path, request
 ):
     """data.json keeps the fitted HMM: evaluate (also of the grown file) and resume do not fit
     it again, and a record without one (a run from before it was kept) is refitted."""
     import json
 
-    from foxhunt.markets.regimes import GaussianHMMDetector
     from foxhunt.runs import build_spec, load_spec, read_data_record
     from foxhunt.session import evaluate_run, resume_training, run_training
 
@@ -347,14 +346,7 @@ def test_evaluate_and_resume_use_the_detector_the_run_trained_with(
     run = tmp_path / "run"
     run_training(build_spec(data=str(data), overrides=hmm, total_steps=300), run, progress=False)
     data.write_text("".join(lines))  # 100 bars more
-    fits: list[int] = []
-    real_fit = GaussianHMMDetector.fit
-
-    def counting_fit(self, train):  # type: ignore[no-untyped-def]
-        fits.append(len(train))
-        return real_fit(self, train)
-
-    monkeypatch.setattr(GaussianHMMDetector, "fit", counting_fit)
+    fits: list[int] = request.getfixturevalue("hmm_fits")  # counted from here on
     assert set(read_data_record(run)["detector"]) == {"key", "params"}
     kept = evaluate_run(run)  # the grown file: the same training rows
     assert fits == []

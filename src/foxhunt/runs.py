@@ -568,8 +568,6 @@ def build_trading(
         "val_end": val_end,
         "validated_last": str(df.index[val_end - 1]),
     }
-    # The detector the run trained with, when its training rows are these: no refit.
-    kept = recorded.get("detector") if recorded is not None else None
     try:
         market, fitted = prepare_market_with_detector(
             df,
@@ -577,7 +575,8 @@ def build_trading(
             detector=m.detector,
             n_regimes=m.n_regimes,
             seed=spec.hyperparameters.seed,
-            detector_state=kept if isinstance(kept, dict) else None,
+            # The detector the run trained with, taken when its training rows are these.
+            detector_state=recorded.get("detector") if recorded is not None else None,
         )
     except DataError as err:  # detectors see a frame; name the file the user gave
         where = source or "the synthetic market"

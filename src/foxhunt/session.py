@@ -739,18 +739,18 @@ def evaluate_run(
     data = data_path(data)
     agent = load_model(run_dir, model)
     requested, model = model, _weights_used(run_dir, model)
+    # A run without best weights: the final ones stand in, and the result says so.
+    stood_in = {} if requested == model else {"model_requested": requested}
     act = model_policy(agent)
     fits = _model_fits(agent, run_dir)
     if not spec.is_trading:
-        out = {"model": model, **gym_evaluation(spec, act, episodes, fits=fits)}
-        if requested != model:  # a run without best weights: the final ones stood in
-            out = {"model_requested": requested, **out}
+        out = {**stood_in, "model": model, **gym_evaluation(spec, act, episodes, fits=fits)}
         # Named after what was asked for, as documented: the best weights' score (or the final
         # weights standing in for them) beside the final one's, never over it.
         name = "evaluation.json" if requested == "final" else f"evaluation_{requested}.json"
         atomic_write_text(run_dir / name, json.dumps(out, indent=2))
         return out
-    out = backtest_run(
+    return stood_in | backtest_run(
         run_dir,
         spec,
         act,
@@ -759,7 +759,6 @@ def evaluate_run(
         model=model,
         fits=fits,
     )
-    return out if requested == model else {"model_requested": requested, **out}
 
 
 def _model_fits(agent: DQNAgent, run_dir: Path) -> Callable[[Any, str], None]:

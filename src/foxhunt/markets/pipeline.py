@@ -103,6 +103,18 @@ def _fit_key(train: pd.DataFrame, detector: str, n_regimes: int, seed: int) -> s
     return h.hexdigest()
 
 
+def _load_kept(model: RegimeDetector, key: str | None, state: object) -> bool:
+    """Whether ``model`` took the kept ``state`` (a run record's: any JSON) for ``key``."""
+    if key is None or not isinstance(state, Mapping) or state.get("key") != key:
+        return False
+    try:
+        model.load_fitted_state(state.get("params"))  # type: ignore[attr-defined]
+    except ValueError as err:
+        log.warning("the run's kept regime detector is damaged (%s): refitting it", err)
+        return False
+    return True
+
+
 def prepare_market_with_detector(
     df: pd.DataFrame,
     *,
@@ -156,18 +168,7 @@ def prepare_market_with_detector(
     else:
         model = make_detector(detector, n_regimes, seed=seed)
         key = _fit_key(train, detector, n_regimes, seed) if detector == "hmm" else None
-        kept = (
-            key is not None
-            and isinstance(detector_state, Mapping)
-            and detector_state.get("key") == key
-        )
-        if kept and detector_state is not None:
-            try:
-                model.load_fitted_state(detector_state.get("params"))  # type: ignore[attr-defined]
-            except ValueError as err:
-                log.warning("the run's kept regime detector is damaged (%s): refitting it", err)
-                kept = False
-        if not kept:
+        if not _load_kept(model, key, detector_state):
             model = model.fit(train)
         if key is not None:
             kept_state = {"key": key, "params": model.fitted_state()}  # type: ignore[attr-defined]

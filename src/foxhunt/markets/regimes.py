@@ -636,7 +636,7 @@ class GaussianHMMDetector:
                 value = raw.astype(np.float64)
             except (KeyError, TypeError, ValueError, OverflowError) as err:
                 raise ValueError(f"{name} is missing or not numeric ({str(err)[:80]})") from None
-            numbers = raw.dtype.kind in "iuf" or (raw.size == 0 and raw.dtype.kind != "b")
+            numbers = raw.dtype.kind in "iuf"
             if not numbers or value.shape != want or not np.isfinite(value).all():
                 raise ValueError(f"{name} must be finite numbers of shape {want}")
             arrays[name] = value
@@ -656,15 +656,12 @@ class GaussianHMMDetector:
         if not (arrays["feature_std_"] > 1e-12).all() or (arrays["state_volatility_"] < 0).any():
             raise ValueError("a feature scale or state volatility is not positive")
         history, n_iter = state.get("log_likelihood_history"), state.get("n_iter")
-        try:
-            ok = isinstance(history, list) and all(
-                not isinstance(h, bool) and isinstance(h, float | int) for h in history
-            )
-            history = [float(h) for h in history] if ok else None  # type: ignore[union-attr]
-        except OverflowError:
-            history = None
-        if history is None:
+        if not isinstance(history, list) or not all(type(h) in (int, float) for h in history):
             raise ValueError("log_likelihood_history must be a list of numbers")
+        try:
+            history = [float(h) for h in history]
+        except OverflowError:
+            raise ValueError("log_likelihood_history holds a number past float's range") from None
         if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 0:
             raise ValueError(f"n_iter must be a count, got {n_iter!r:.40}")
         if not isinstance(state.get("converged"), bool):
