@@ -1903,3 +1903,47 @@ def test_a_bar_dated_after_today_is_said(tmp_path, caplog):
     caplog.clear()
     load_ohlcv(write(tmp_path, HEADER + "\n".join(GOOD_ROWS) + "\n", "ok.csv"))
     assert "after today" not in caplog.text
+
+
+SPACES = [" ", "\t", "\x0b", "\x0c", "\xa0", "\u2003", "\u3000", "", "  ", "x"]
+
+
+@pytest.mark.parametrize("storage", ["python", "pyarrow"])
+def test_timestamp_regexes_read_every_whitespace_as_pythons_re_does(storage: str) -> None:
+    """The timestamp checks run in pyarrow's RE2, which knows no ``\\s``; bracketing it between
+    a space and any character must leave every row's answer exactly Python's."""
+    import re
+
+    from foxhunt.markets import data
+
+    if storage == "pyarrow":
+        pytest.importorskip("pyarrow")
+    values = []
+    for gap in SPACES:
+        values += [
+            f"2024-03-01 09:30:00{gap}+05:30",
+            f"2024-03-01T09:30{gap}Z",
+            f"2024-03-01{gap}",
+            f"2024-03-01 09:30:00.125{gap}-0800",
+            f"09:30{gap}PM",
+            f"9:30:15.5{gap}a.m.",
+            f"09:30:00{gap}",
+            f"12:00{gap}+01:00 trailing",
+            f"09:30{gap}+05:30",
+        ]
+    text = pd.Series(values, dtype=pd.StringDtype(storage))
+    patterns = (data._ISO, data._ISO_OFFSET, data._TIME_OF_DAY)
+    for pattern in patterns:
+        assert "\\s" in pattern.pattern  # each goes through the bracketing, not around it
+        for full in (True, False):
+            want = [bool((pattern.fullmatch if full else pattern.search)(v)) for v in values]
+            got = data._regex_rows(text, pattern, full=full)
+            assert got.dtype == bool and got.tolist() == want, (pattern.pattern, full)
+            assert any(want) and not all(want)
+        for value in values:
+            one = pd.Series([value] * 3, dtype=pd.StringDtype(storage))
+            assert data._fullmatch_all(one, pattern) == bool(pattern.fullmatch(value))
+    plain = re.compile(r"\d{2}:\d{2}")  # no \s: passed to pandas as it is
+    assert data._regex_rows(text, plain, full=False).tolist() == [
+        bool(plain.search(v)) for v in values
+    ]

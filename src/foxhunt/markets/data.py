@@ -302,7 +302,7 @@ def _positional_names(frame: pd.DataFrame, label: str) -> list[str]:
     """
     n = len(frame.columns)
     second = frame.iloc[:, 1].astype(str).str.strip()
-    lead = ["date", "time"] if second.str.fullmatch(_TIME_OF_DAY).all() else ["timestamp"]
+    lead = ["date", "time"] if _fullmatch_all(second, _TIME_OF_DAY) else ["timestamp"]
     names = [*lead, "open", "high", "low", "close", "volume"][:n]
     names += [f"column {i + 1}" for i in range(len(names), n)]
     at = len(lead) + 4  # where the volume is read from
@@ -1415,7 +1415,7 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         zoned = _split_zones(text, label, column)
         if zoned is not None:
             return zoned
-        if text.str.fullmatch(_TIME_OF_DAY).all():
+        if _fullmatch_all(text, _TIME_OF_DAY):
             raise DataError(
                 f"{label}: column {column!r} holds times of day without a date (first value "
                 f"{_fmt(raw.iloc[0])}); write full timestamps (2023-01-31 09:30) or add a "
@@ -1447,6 +1447,49 @@ _ISO = re.compile(
 )
 # A UTC offset (or Z) after an ISO time of day.
 _ISO_OFFSET = re.compile(r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s?(?:Z|[+-]\d{2}(?::?\d{2})?)$")
+
+
+def _arrow_backed(text: pd.Series) -> bool:
+    """Whether pandas runs ``text.str`` regexes in pyarrow's RE2 (where RE2 agrees with ``re``)."""
+    dtype = text.dtype
+    return getattr(dtype, "storage", None) == "pyarrow" or isinstance(dtype, pd.ArrowDtype)
+
+
+def _regex_rows(text: pd.Series, pattern: re.Pattern[str], *, full: bool) -> np.ndarray:
+    """``text.str.fullmatch(pattern)`` (``full``) or ``.str.contains(pattern)`` as a bool array,
+    with Python's ``re`` semantics, at pyarrow's speed.
+
+    A Python regex pass takes about 3 s per million rows; pandas hands a pattern to pyarrow's
+    RE2 (a tenth of that) only where RE2 agrees with ``re``, and ``\\s`` is not such a pattern.
+    Written as one space it matches a subset of the rows, written as any character a superset;
+    two RE2 passes settle every row outside the gap between them, and ``re`` decides the rest
+    (none in a usual file). ``text`` holds no missing values."""
+    pat = pattern.pattern
+    search = text.str.fullmatch if full else text.str.contains
+    if "\\s" not in pat or not _arrow_backed(text) or re.search(r"\[[^\]]*\\s", pat):
+        return np.asarray(search(pattern), dtype=bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "has match groups": only whether it matches counts
+        surely = np.array(search(pat.replace("\\s", "[ ]")), dtype=bool)
+        maybe = np.asarray(search(pat.replace("\\s", "(?s:.)")), dtype=bool)
+    gap = maybe & ~surely
+    if gap.any():
+        rest = text[gap]
+        surely[gap] = np.asarray(
+            rest.str.fullmatch(pattern) if full else rest.str.contains(pattern), dtype=bool
+        )
+    return surely
+
+
+def _fullmatch_all(text: pd.Series, pattern: re.Pattern[str]) -> bool:
+    """``text.str.fullmatch(pattern).all()``: a first value that fails settles it without a pass
+    over every row."""
+    first = text.iloc[0] if len(text) else None
+    if isinstance(first, str) and pattern.fullmatch(first) is None:
+        return False
+    return bool(_regex_rows(text, pattern, full=True).all())
+
+
 # Zone abbreviations with one meaning in market data; CST (US Central or China), IST, BST and
 # AST have several and are refused rather than guessed.
 _ZONE_OFFSETS = {
@@ -1671,8 +1714,8 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
     original = text
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if text.str.fullmatch(_ISO).all():
-            offset = text.str.contains(_ISO_OFFSET.pattern).to_numpy()
+        if _fullmatch_all(text, _ISO):
+            offset = _regex_rows(text, _ISO_OFFSET, full=False)
             utc = text.str.contains(r"(?:Z|[+-]00:?00)$").to_numpy()
             if offset.any() and not offset.all() and not utc[offset].all():
                 # yfinance rows (-05:00) appended to a plain file: the plain rows' zone is
@@ -1690,7 +1733,7 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                 return pd.DatetimeIndex(result).tz_localize(None)
             except (ValueError, TypeError, OverflowError):
                 return None
-        if text.str.match(_TWO_DIGIT_YEAR).all():
+        if _TWO_DIGIT_YEAR.match(str(text.iloc[0])) and text.str.match(_TWO_DIGIT_YEAR).all():
             text = _four_digit_years(text)
         dotted = bool(text.str.match(r"\d{1,2}\.\d{1,2}\.\d{2,4}\b").all())
         first = str(text.iloc[0])
