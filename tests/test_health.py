@@ -3,8 +3,10 @@ repeated non-finite steps, each with its warn / stop policy."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,11 +119,102 @@ def test_exploding_q_with_warn_policy_records_events(hp_factory, toy_env_cls, ca
 def test_q_divergence_via_learn_loop(hp_factory, toy_env_cls) -> None:
     trainer = _trainer(hp_factory, toy_env_cls, q_divergence_bound=1e-6)
     try:
-        with pytest.raises(TrainingHalted, match="training stopped by health monitor"):
+        with pytest.raises(TrainingHalted, match="training stopped by health monitor") as err:
             trainer.learn(64)
         assert trainer.env_steps == 16  # stopped at the very first update
+        # What sets the bound, and what to change.
+        assert "(q_divergence_bound; lower learning_rate" in str(err.value)
+        assert "q_divergence_policy=warn" in str(err.value)
     finally:
         trainer.close()
+
+
+class _Recorder:
+    """A checkpointer that keeps, per save, the env step and the largest |weight| saved."""
+
+    def __init__(self) -> None:
+        self.saves: list[tuple[int, float]] = []
+
+    def save(self, trainer: DQNTrainer) -> Path:
+        params = trainer.agent.online_net.parameters()
+        self.saves.append((trainer.env_steps, max(float(p.detach().abs().max()) for p in params)))
+        return Path(f"step-{trainer.env_steps}")
+
+
+def _blow_up_after(trainer: DQNTrainer, optimizer_step: int, factor: float) -> None:
+    """Scale every weight by ``factor`` right after the given optimizer step: an update that
+    blows the network up (as SGD at a learning rate of 1e36 did) while its loss was finite."""
+    real = trainer.train_step
+
+    def train_step() -> dict[str, float]:
+        metrics = real()
+        if trainer.agent.optimizer_steps == optimizer_step:
+            with torch.no_grad():
+                for p in trainer.agent.online_net.parameters():
+                    p.mul_(factor)
+        return metrics
+
+    trainer.train_step = train_step  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("policy", ["stop", "warn"])
+def test_a_blown_up_network_is_not_checkpointed_under_stop(
+    policy: str, hp_factory, toy_env_cls, caplog
+) -> None:
+    """The Q monitor sees an update's damage only at the next update; the checkpoint written in
+    between (here at the same env step) must not become latest with the damaged weights."""
+    trainer = _trainer(hp_factory, toy_env_cls, checkpoint_interval=4, q_divergence_policy=policy)
+    recorder = _Recorder()
+    trainer._checkpointer = recorder
+    _blow_up_after(trainer, optimizer_step=5, factor=1e3)  # env step 20, a checkpoint step
+    try:
+        if policy == "stop":
+            with pytest.raises(TrainingHalted, match=r"Q divergence: .*not checkpointed"):
+                trainer.learn(40)
+            assert [step for step, _ in recorder.saves] == [4, 8, 12, 16]
+            assert max(peak for _, peak in recorder.saves) < 10
+            assert trainer.health.events[-1].env_steps == 20
+        else:
+            with (
+                caplog.at_level(logging.WARNING, logger="foxhunt.health"),
+                contextlib.suppress(TrainingHalted),
+            ):
+                trainer.learn(40)
+            saved = dict(recorder.saves)
+            assert saved[16] < 10 and saved[20] > 10  # warn: the user asked to keep going
+            assert "checkpointed all the same" in caplog.text
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("policy", ["stop", "warn"])
+def test_non_finite_weights_are_never_checkpointed(policy: str, hp_factory, toy_env_cls) -> None:
+    trainer = _trainer(hp_factory, toy_env_cls, checkpoint_interval=4, q_divergence_policy=policy)
+    recorder = _Recorder()
+    trainer._checkpointer = recorder
+    _blow_up_after(trainer, optimizer_step=5, factor=math.nan)
+    try:
+        with pytest.raises(TrainingHalted, match=r"weights are not finite \(not checkpointed"):
+            trainer.learn(40)
+        assert [step for step, _ in recorder.saves] == [4, 8, 12, 16]
+    finally:
+        trainer.close()
+
+
+def test_checking_the_network_before_each_save_draws_nothing(hp_factory, toy_env_cls) -> None:
+    """The check runs only where a checkpoint is saved; a run with it must train exactly as one
+    without (no random draws, no change to the network or the replay)."""
+    weights = []
+    for checkpointer in (None, _Recorder()):
+        trainer = _trainer(hp_factory, toy_env_cls, checkpoint_interval=3, noisy_nets=True)
+        trainer._checkpointer = checkpointer
+        try:
+            trainer.learn(60)
+            weights.append([p.clone() for p in trainer.agent.online_net.parameters()])
+        finally:
+            trainer.close()
+    assert checkpointer is not None and len(checkpointer.saves) == 21  # 20 periodic + the final
+    assert all(torch.equal(a, b) for a, b in zip(*weights, strict=True))
 
 
 def test_q_bound_derivation(hp_factory) -> None:
@@ -259,6 +352,7 @@ def test_health_state_round_trip(hp_factory) -> None:
     other.load_state(mon.state_json())
     assert other.state_json() == mon.state_json()
     assert other.count("q_divergence") == 1 and other.max_abs_reward == 4.0
+    assert other.divergent_run == 1  # the 1st/10th/100th cadence carries on after a resume
 
 
 def test_skipped_steps_do_not_drag_the_logged_gradient_norm(hp_factory, toy_env_cls) -> None:
@@ -276,3 +370,48 @@ def test_skipped_steps_do_not_drag_the_logged_gradient_norm(hp_factory, toy_env_
         assert math.isnan(row["grad_norm_pre_clip"]) and math.isnan(row["grad_norm_post_clip"])
     finally:
         trainer.close()
+
+
+def test_the_non_finite_hint_names_adam_eps_only_for_optimizers_that_have_it(hp_factory) -> None:
+    for optimizer, named in (("sgd", False), ("adam", True), ("rmsprop", True)):
+        mon = HealthMonitor(hp_factory(optimizer=optimizer, max_consecutive_nonfinite=1))
+        with pytest.raises(TrainingHalted, match="and the env's rewards") as err:
+            mon.check_update(
+                skipped=True,
+                consecutive_skips=1,
+                pre_clip_norm=math.nan,
+                q_abs_max=math.nan,
+                env_steps=1,
+                optimizer_steps=0,
+            )
+        assert ("adam_eps" in str(err.value)) is named, optimizer
+
+
+def test_a_halt_logs_the_steps_since_the_last_row(hp_factory, toy_env_cls, tmp_path) -> None:
+    """metrics.csv ends where the monitor stopped, skipped steps counted, not at the last row
+    before it."""
+    import pandas as pd
+
+    from foxhunt.logging import MetricLogger
+
+    trainer = _trainer(hp_factory, toy_env_cls, max_consecutive_nonfinite=3, log_interval=10)
+    trainer.logger = MetricLogger(tmp_path)
+    real = trainer.train_step
+
+    def poisoned() -> dict[str, float]:
+        if trainer.agent.optimizer_steps == 2:
+            trainer.replay.rewards[:] = float("nan")
+        return real()
+
+    trainer.train_step = poisoned  # type: ignore[method-assign]
+    try:
+        with pytest.raises(TrainingHalted, match="3 consecutive non-finite"):
+            trainer.learn(100)
+    finally:
+        trainer.logger.close()
+        trainer.close()
+    rows = pd.read_csv(tmp_path / "metrics.csv")
+    # Steps at env steps 16 and 17, skipped at 18, 19 and 20, where the monitor stops: the
+    # row of env step 20 is written by the halt (the loop would have written it after the step).
+    assert trainer.env_steps == 20 and rows["env_steps"].tolist() == [10, 20]
+    assert rows["skipped_steps"].iloc[-1] == 3 and rows["optimizer_steps"].iloc[-1] == 2

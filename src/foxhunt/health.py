@@ -93,6 +93,17 @@ class HealthMonitor:
         scale = max(max(r_max, 1e-8) * horizon, self.initial_q_abs_max or 0.0)
         return scale * hp.q_divergence_margin
 
+    def bound_origin(self) -> str:
+        """Where ``q_bound`` comes from, in the words of the settings that change it."""
+        hp = self.hp
+        if hp.q_divergence_bound is not None:
+            return "q_divergence_bound"
+        reward = "reward_bound" if hp.reward_bound is not None else "largest |reward| so far"
+        return (
+            f"q_divergence_margin {hp.q_divergence_margin:g} x the larger of {reward} / "
+            "(1 - gamma) and the fresh network's max |Q|"
+        )
+
     def check_update(
         self,
         *,
@@ -116,7 +127,8 @@ class HealthMonitor:
                 detail=f"stopped after {consecutive_skips} consecutive non-finite steps "
                 f"(max_consecutive_nonfinite={hp.max_consecutive_nonfinite}; look at "
                 f"learning_rate {hp.learning_rate:g}, weight_decay {hp.weight_decay:g}, "
-                f"adam_eps {hp.adam_eps:g} and the env's rewards)",
+                + ("" if hp.optimizer == "sgd" else f"adam_eps {hp.adam_eps:g} ")
+                + "and the env's rewards)",
             )
             return
         if self.initial_q_abs_max is None and math.isfinite(q_abs_max):
@@ -134,6 +146,9 @@ class HealthMonitor:
                     env_steps,
                     optimizer_steps,
                     hp.q_divergence_policy,
+                    detail=f"Q divergence: max |Q| = {q_abs_max:.4g} exceeds bound "
+                    f"{bound:.4g} ({self.bound_origin()}; lower learning_rate, or set "
+                    "q_divergence_bound, or q_divergence_policy=warn to train on)",
                 )
         else:
             self.divergent_run = 0
@@ -150,6 +165,35 @@ class HealthMonitor:
                 )
         else:
             self.collapse_run = 0
+
+    def check_network(
+        self, *, finite: bool, q_abs_max: float, env_steps: int, optimizer_steps: int
+    ) -> None:
+        """Judge the network a checkpoint is about to hold: non-finite weights always stop the
+        run, and a max |Q| over the bound is Q divergence under its policy (``stop`` keeps the
+        last checkpoint as it is; ``warn`` says so and saves)."""
+        kept = "not checkpointed: the last checkpoint is kept"
+        if not finite:
+            self._fire(
+                "nonfinite_weights",
+                f"the network's weights are not finite ({kept}; look at learning_rate "
+                f"{self.hp.learning_rate:g} and max_grad_norm {self.hp.max_grad_norm})",
+                env_steps,
+                optimizer_steps,
+                "stop",
+            )
+        bound = self.q_bound
+        if not math.isfinite(q_abs_max) or q_abs_max > bound:
+            policy = self.hp.q_divergence_policy
+            self._fire(
+                "q_divergence",
+                f"Q divergence: max |Q| = {q_abs_max:.4g} on the newest transitions exceeds "
+                f"bound {bound:.4g} "
+                + (f"({kept})" if policy == "stop" else "(checkpointed all the same: warn)"),
+                env_steps,
+                optimizer_steps,
+                policy,
+            )
 
     def _fire(
         self,
@@ -175,6 +219,7 @@ class HealthMonitor:
             "max_abs_reward": self.max_abs_reward,
             "initial_q_abs_max": self.initial_q_abs_max,
             "collapse_run": self.collapse_run,
+            "divergent_run": self.divergent_run,
             "events": [e.__dict__ for e in self.events],
         }
 
@@ -183,4 +228,5 @@ class HealthMonitor:
         initial = state.get("initial_q_abs_max")  # absent from older checkpoints: set anew
         self.initial_q_abs_max = None if initial is None else float(initial)  # type: ignore[arg-type]
         self.collapse_run = int(state["collapse_run"])  # type: ignore[call-overload]
+        self.divergent_run = int(state.get("divergent_run", 0))  # type: ignore[call-overload]
         self.events = [HealthEvent(**e) for e in state["events"]]  # type: ignore[union-attr]

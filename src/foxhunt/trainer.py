@@ -34,6 +34,7 @@ from foxhunt.errors import (
     ConfigError,
     EnvironmentStepError,
     FoxhuntError,
+    TrainingHalted,
     TrainingInterrupted,
     first_line,
 )
@@ -759,8 +760,7 @@ class DQNTrainer:
             self._loop(total_env_steps, progress, callback)
         elapsed = time.perf_counter() - t_start
         summary = self.summary(elapsed, self.env_steps - steps_start, updates_start)
-        if self._checkpointer is not None:
-            self.save_checkpoint()
+        self._checked_save()
         return summary
 
     def summary(
@@ -825,7 +825,7 @@ class DQNTrainer:
                         self._callback_stop = True
                 if self.env_steps >= self._next_ckpt:
                     self._next_ckpt += hp.checkpoint_interval
-                    self.save_checkpoint()
+                    self._checked_save()
                 if self.dist.enabled:
                     stop, ended = self._agreed_stops()
                     if ended and not stop:
@@ -839,7 +839,13 @@ class DQNTrainer:
                         log.warning(
                             "interrupted at env step %d: saving a checkpoint", self.env_steps
                         )
-                    raise TrainingInterrupted(self.env_steps, self.save_checkpoint(), stop)
+                    raise TrainingInterrupted(self.env_steps, self._checked_save(), stop)
+        except TrainingHalted:
+            if self._window.updates:
+                # The steps since the last row, up to the halt (skipped ones counted): the
+                # metrics show what the monitor stopped on. A resume drops the row again.
+                self._emit_row()
+            raise
         finally:
             if progress is not None:
                 progress.close()
@@ -1002,6 +1008,48 @@ class DQNTrainer:
         if self._checkpointer is None:
             return None
         return self._checkpointer.save(self)
+
+    def _checked_save(self) -> Path | None:
+        """``save_checkpoint`` for the training loop, after the health monitors have seen the
+        network it would hold.
+
+        The Q monitor reads max |Q| off each update's forward pass, which runs before the
+        update: a step that blows the weights up is seen at the next step, and a checkpoint
+        written in between held the blown-up network as ``latest`` (finite, so it loaded, and
+        evaluated to a number). Here the network is scored on the newest stored transitions,
+        without random draws (a resumed run stays exact) and on every data-parallel rank alike
+        (all of them reach each save in lockstep)."""
+        if (self._checkpointer is not None or self.dist.enabled) and self.agent.optimizer_steps:
+            finite, q_abs_max = self._network_health()
+            self.health.check_network(
+                finite=finite,
+                q_abs_max=q_abs_max,
+                env_steps=self.env_steps,
+                optimizer_steps=self.agent.optimizer_steps,
+            )
+        return self.save_checkpoint()
+
+    @torch.inference_mode()
+    def _network_health(self, rows: int = 256) -> tuple[bool, float]:
+        """(every weight finite, max |Q(s, a)| over the newest ``rows`` stored transitions),
+        the largest over data-parallel ranks."""
+        net = self.agent.online_net
+        finite = all(bool(torch.isfinite(p).all()) for p in net.parameters())
+        q_abs_max = 0.0
+        if finite and self.replay.size:
+            k = min(rows, self.replay.size)
+            slots = (self.replay.pos - 1 - np.arange(k)) % self.replay.capacity
+            batch = self.replay.gather(slots).to(self.device)
+            with self.agent._autocast():
+                q = net.q_values(net(batch.obs))
+            taken = q.float().gather(1, batch.actions.long()[:, None])
+            q_abs_max = float(taken.abs().max())
+        if self.dist.enabled:
+            mine = torch.tensor([0.0 if finite else 1.0, q_abs_max], dtype=torch.float64)
+            mine = torch.nan_to_num(mine, nan=math.inf)
+            torch.distributed.all_reduce(mine, op=torch.distributed.ReduceOp.MAX)
+            finite, q_abs_max = bool(mine[0] == 0.0), float(mine[1])
+        return finite, q_abs_max
 
     def close(self) -> None:
         """Close environments and sinks."""
