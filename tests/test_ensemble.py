@@ -8,6 +8,8 @@ computed independently in NumPy. The trading ensemble is 2 members x 600 steps o
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -397,6 +399,9 @@ def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
     (run / PLAN_FILE).write_text('{"members": 2, "seeds": [11, -3]}')
     with pytest.raises(FoxhuntError, match=r"seeds must be 2 integers in \[0, 2\*\*32\)"):
         resume_ensemble(run)
+    (run / PLAN_FILE).write_text('{"members": 2, "seeds": [11, 11]}')  # one model twice
+    with pytest.raises(FoxhuntError, match=r"seeds must differ, got: \[11, 11\]"):
+        resume_ensemble(run)
     (run / PLAN_FILE).write_text(plan)
     assert resume_ensemble(run) == [run / "member-0", run / "member-1"]
     assert not (run / PLAN_FILE).exists()
@@ -572,3 +577,33 @@ def test_ensemble_resume_refuses_changed_data_before_training(
         assert not (run / "member-1").exists()  # refused before anything trained
     finally:
         data.write_text(original)
+
+
+def test_one_run_counted_twice_is_refused_and_identical_members_are_named(tmp_path, caplog):
+    """Copies of one model agree by construction: every std 0, read as certainty."""
+    run = write_ensemble_dir(tmp_path / "ens", [balancer(), balancer(0.5)])
+    with pytest.raises(FoxhuntError, match="paths list the same run twice"):
+        QEnsemble.from_run_dirs([run / "member-0", run / "member-1", run / "member-0"])
+    manifest = json.loads((run / "ensemble.json").read_text())
+    manifest["members"].append({"path": "./member-1", "seed": 2})
+    (run / "ensemble.json").write_text(json.dumps(manifest))
+    with pytest.raises(FoxhuntError, match=r"ensemble.json: members list the same run twice"):
+        QEnsemble.load(run)
+    with caplog.at_level(logging.WARNING, logger="foxhunt.ensemble"):
+        QEnsemble.from_run_dirs([run / "member-0", run / "member-1"])
+        assert "identical weights" not in caplog.text
+        copy = tmp_path / "copy"
+        shutil.copytree(run / "member-1", copy)
+        QEnsemble.from_run_dirs([run / "member-0", run / "member-1", copy])
+    assert f"members {run / 'member-1'} and {copy} hold identical weights" in caplog.text
+
+
+def test_ensemble_evaluate_says_when_config_yaml_no_longer_fits_the_members(tmp_path):
+    run = write_ensemble_dir(tmp_path, [balancer(), balancer(0.5)])
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("CartPole-v1", "Acrobot-v1"))
+    with pytest.raises(ConfigError) as err:
+        evaluate_ensemble(run, episodes=1)
+    message = str(err.value)
+    assert "\n" not in message and f"{run / 'member-0'}: the model (model.json)" in message
+    assert "was config.yaml changed after training?" in message

@@ -20,6 +20,7 @@ and one full run directory per member, ``member-{i}``, trained with :func:`membe
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from foxhunt._io import atomic_write_text, read_json_object
 from foxhunt.errors import ConfigError, DataError, FoxhuntError
 from foxhunt.learner import DQNAgent
 from foxhunt.runs import DATA_FILE, RunSpec, data_path, load_model, load_spec
+
+log = logging.getLogger("foxhunt.ensemble")
 
 ENSEMBLE_FILE = "ensemble.json"
 ENSEMBLE_FORMAT = "foxhunt-ensemble"
@@ -115,6 +118,7 @@ class QEnsemble:
                         f"{regime_ref[1]}, got: {k}"
                     )
                 regime_ref = regime_ref or (label, k)
+        _warn_identical(agents, labels)
         # The env's terms (predict): every member that recorded them must agree; models saved
         # before they were recorded take the others'.
         recorded = [(n, a.env_interface) for n, a in zip(labels, agents, strict=True)]
@@ -141,6 +145,7 @@ class QEnsemble:
         dirs = [Path(p) for p in paths]
         if not dirs:
             raise ConfigError("paths must name at least one run directory, got: 0")
+        _refuse_repeats(dirs, "paths")
         return cls([load_model(d) for d in dirs], names=[str(d) for d in dirs])
 
     @classmethod
@@ -319,7 +324,41 @@ def read_manifest(run_dir: Path) -> list[dict[str, Any]]:
         p = Path(m["path"])
         if p.is_absolute() or ".." in p.parts:
             raise FoxhuntError(f"{path}: member path must lie inside {run_dir}, got: {m['path']!r}")
+    _refuse_repeats([run_dir / m["path"] for m in members], f"{path}: members")
     return members
+
+
+def _warn_identical(agents: Sequence[DQNAgent], labels: Sequence[str]) -> None:
+    """Say when two members hold the same weights (copies of one run, or one seed trained
+    twice): they agree with each other by construction, and the spread reads too small."""
+    seen: list[tuple[str, list[torch.Tensor]]] = []
+    for label, agent in zip(labels, agents, strict=True):
+        weights = [t.detach() for t in agent.online_net.state_dict().values()]
+        for other, theirs in seen:
+            same = len(theirs) == len(weights) and all(
+                torch.equal(a, b) for a, b in zip(theirs, weights, strict=True)
+            )
+            if same:
+                log.warning(
+                    "ensemble members %s and %s hold identical weights (one seed trained twice, "
+                    "or a copied run): their agreement is not independent, so the ensemble's "
+                    "spread understates its uncertainty",
+                    other,
+                    label,
+                )
+                return
+        seen.append((label, weights))
+
+
+def _refuse_repeats(dirs: Sequence[Path], what: str) -> None:
+    """A member listed twice is one model counted twice: its agreement with itself would shrink
+    the ensemble's spread (every std 0 for copies of one run), read as certainty."""
+    seen: dict[Path, Path] = {}
+    for d in dirs:
+        key = d.resolve()
+        if key in seen:
+            raise FoxhuntError(f"{what} list the same run twice: {str(seen[key])!r} and {str(d)!r}")
+        seen[key] = d
 
 
 def train_ensemble(
@@ -474,6 +513,8 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
             f"{plan_path}: seeds must be {n_members} integers in [0, 2**32), the first "
             f"member-0's seed {hp.seed}, got: {seeds!r:.80}"
         )
+    if len(set(seeds)) < len(seeds):  # members of one seed are one model trained twice
+        raise FoxhuntError(f"{plan_path}: seeds must differ, got: {seeds!r:.80}")
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
     recorded = read_data_record(paths[0]) if base.is_trading else None
     if recorded is not None:  # members still to train must see member 0's market
@@ -565,7 +606,7 @@ def evaluate_ensemble(
     ``run_dir/backtest/ensemble.json``. Gymnasium: mean greedy return over ``episodes`` (the same
     episode seeds as ``foxhunt evaluate``), written to ``run_dir/evaluation.json``.
     """
-    from foxhunt.session import backtest_run, check_evaluation_options, gym_evaluation
+    from foxhunt.session import _model_fits, backtest_run, check_evaluation_options, gym_evaluation
 
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
@@ -577,6 +618,9 @@ def evaluate_ensemble(
             f"give max_std too, got fallback_action={fallback_action!r} and no max_std"
         )
     ensemble = QEnsemble.load(run_dir)
+    # The members were trained on the env config.yaml described then; one edited since fails
+    # here in one line naming the file, not deep in a member's network.
+    fits = _model_fits(ensemble.agents[0], run_dir / ensemble.names[0])
     settings: dict[str, Any] = {
         "members": ensemble.names,
         "risk_aversion": risk_aversion,
@@ -586,7 +630,7 @@ def evaluate_ensemble(
         rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
         out = {
             "model": "final",  # every member's final weights
-            **gym_evaluation(spec, rec, episodes),
+            **gym_evaluation(spec, rec, episodes, fits=fits),
             "ensemble": {**settings, "fallback_action": fallback_action, **rec.stats()},
         }
         atomic_write_text(run_dir / "evaluation.json", json.dumps(out, indent=2))
@@ -604,7 +648,7 @@ def evaluate_ensemble(
     # One market for the ensemble, its baselines and its members: the detector is fitted once,
     # and every result is annualised with the same bars per year.
     setup = build_trading(spec, data_override=data, recorded=read_data_record(run_dir))
-    summary = backtest_run(run_dir, spec, rec, data=data, split=split, setup=setup)
+    summary = backtest_run(run_dir, spec, rec, data=data, split=split, setup=setup, fits=fits)
     span, ppy = setup.span(split, closing=True), summary["periods_per_year"]  # as backtest_run
     members = {
         name: bt.run_policy(span, model_policy(agent), config, name, periods_per_year=ppy).metrics
