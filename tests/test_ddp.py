@@ -271,3 +271,66 @@ def test_data_parallel_ranks_stop_together(tmp_path: Path, case: str) -> None:
         assert all(r["ended"] == "halted" for r in ranks), ranks
         assert all(r["why"] == "training stopped by health monitor" for r in ranks), ranks
         assert ranks[0]["optimizer_steps"] == 5
+
+
+HALT_WORKER = textwrap.dedent(
+    """
+    import os, sys, datetime
+    import numpy as np, torch, gymnasium as gym
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    from foxhunt import DQNHyperparameters
+    from foxhunt.errors import TrainingHalted
+    from foxhunt.trainer import DQNTrainer
+
+    class Env(gym.Env):
+        def __init__(self):
+            self.observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+            self.action_space = gym.spaces.Discrete(2)
+            self.t = 0
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.np_random.normal(size=4).astype(np.float32), {}
+        def step(self, a):
+            self.t += 1  # one rank sees a large reward after the last update before a save
+            r = 1e4 if (rank == 1 and self.t == 9) else float(1 if a == 0 else -1)
+            return self.np_random.normal(size=4).astype(np.float32), r, False, False, {}
+
+    hp = DQNHyperparameters(batch_size=4, learning_starts=4, train_freq=4, buffer_capacity=64,
+        gamma=0.9, eval_interval=0, log_interval=10_000, checkpoint_interval=10,
+        hidden_sizes=(16,), seed=0)
+    trainer = DQNTrainer(hp, Env)
+    real = trainer.train_step
+    def train_step():  # the second update blows the output layer up
+        metrics = real()
+        if trainer.agent.optimizer_steps == 2:
+            with torch.no_grad():
+                for p in list(trainer.agent.online_net.parameters())[-2:]:
+                    p.mul_(1e4)
+        return metrics
+    trainer.train_step = train_step
+    try:
+        trainer.learn(40)
+        outcome = "finished"
+    except TrainingHalted as exc:
+        outcome = f"halted at {trainer.env_steps}"
+    with open(os.path.join(sys.argv[1], f"rank{rank}.txt"), "w") as f:
+        f.write(outcome)
+    sys.stdout.flush()
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
+def test_ranks_judge_a_checkpoint_by_one_bound(tmp_path: Path) -> None:
+    """Before a save every rank checks the network against the same Q bound. Rank 1's reward
+    of 1e4 since the last update lifts its bound to 1e6; the blown-up network's |Q| (~7e3) lies
+    between that and rank 0's own bound (100), so ranks judging alone split: rank 0 halted and
+    rank 1 trained on into a collective with no peer."""
+    for code, err in _two_ranks(tmp_path, HALT_WORKER, ""):
+        assert code == 0, err[-2000:]
+    outcomes = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert outcomes == ["finished", "finished"]

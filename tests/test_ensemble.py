@@ -587,8 +587,8 @@ def test_one_run_counted_twice_is_refused_and_identical_members_are_named(tmp_pa
     manifest = json.loads((run / "ensemble.json").read_text())
     manifest["members"].append({"path": "./member-1", "seed": 2})
     (run / "ensemble.json").write_text(json.dumps(manifest))
-    with pytest.raises(FoxhuntError, match=r"ensemble.json: members list the same run twice"):
-        QEnsemble.load(run)
+    with pytest.raises(FoxhuntError, match=r"members list the same run twice: 'member-1' and "):
+        QEnsemble.load(run)  # each named as written (the second is ./member-1)
     with caplog.at_level(logging.WARNING, logger="foxhunt.ensemble"):
         QEnsemble.from_run_dirs([run / "member-0", run / "member-1"])
         assert "identical weights" not in caplog.text
@@ -607,3 +607,29 @@ def test_ensemble_evaluate_says_when_config_yaml_no_longer_fits_the_members(tmp_
     message = str(err.value)
     assert "\n" not in message and f"{run / 'member-0'}: the model (model.json)" in message
     assert "was config.yaml changed after training?" in message
+
+
+def test_next_position_acts_with_an_ensemble(trading_ensemble, tmp_path):
+    """An ensemble of two copies of member 0 decides as member 0 alone, with no spread; the
+    real ensemble falls back to flat where its spread exceeds max_std."""
+    import foxhunt
+
+    twins = tmp_path / "twins"
+    shutil.copytree(trading_ensemble, twins)
+    shutil.rmtree(twins / "member-1")
+    shutil.copytree(twins / "member-0", twins / "member-1")
+    for held in (None, -1.0, 0.0, 1.0):
+        alone = foxhunt.next_position(trading_ensemble / "member-0", held=held)
+        pair = foxhunt.next_position(twins, held=held)
+        assert {k: pair[k] for k in alone} == alone
+        assert pair["ensemble"]["chosen_std"] == 0.0 and pair["ensemble"]["disagreement"] == 0.0
+    # A limit of 0 is exceeded by any spread: the flat position (of short / flat / long).
+    out = foxhunt.next_position(trading_ensemble, held=1.0, max_std=0.0)
+    assert out["ensemble"]["chosen_std"] > 0.0 and out["ensemble"]["fell_back"]
+    assert out["position"] == 0.0 and out["ensemble"]["fallback_action"] == 1
+    with pytest.raises(ConfigError, match="model applies to one run"):
+        foxhunt.next_position(trading_ensemble, model="best")
+    with pytest.raises(ConfigError, match=r"fallback_action applies to ensembles.*=0"):
+        foxhunt.next_position(trading_ensemble / "member-0", fallback_action=0)
+    with pytest.raises(ConfigError, match=r"risk_aversion, max_std applies to ensembles"):
+        foxhunt.next_position(trading_ensemble / "member-0", risk_aversion=1.0, max_std=0.1)

@@ -1943,6 +1943,8 @@ def test_timestamp_regexes_read_every_whitespace_as_pythons_re_does(storage: str
         for value in values:
             one = pd.Series([value] * 3, dtype=pd.StringDtype(storage))
             assert data._fullmatch_all(one, pattern) == bool(pattern.fullmatch(value))
+    with_missing = pd.Series(["09:30", None, "10:00"], dtype=pd.StringDtype(storage))
+    assert data._fullmatch_all(with_missing, data._TIME_OF_DAY)  # as .all() skips them
     plain = re.compile(r"\d{2}:\d{2}")  # no \s: passed to pandas as it is
     assert data._regex_rows(text, plain, full=False).tolist() == [
         bool(plain.search(v)) for v in values

@@ -248,6 +248,30 @@ def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> N
         trainer.close()
 
 
+def test_checkpoint_without_newer_health_counters_resumes() -> None:
+    """Health counters added later (the Q floor, the divergent-run count) start where a fresh
+    run's do when a checkpoint predates them; a value that is no count is refused."""
+    import json
+
+    from foxhunt.errors import CheckpointError
+    from foxhunt.trainstate import capture_state, restore_state
+
+    trainer = _small_cartpole_trainer()
+    try:
+        trainer.learn(64)
+        tensors, state = capture_state(trainer)
+        tensors = {k: v.clone() for k, v in tensors.items()}
+        old = json.loads(json.dumps(state))
+        del old["health"]["divergent_run"], old["health"]["initial_q_abs_max"]
+        restore_state(trainer, tensors, old)
+        assert trainer.health.divergent_run == 0 and trainer.health.initial_q_abs_max is None
+        old["health"]["divergent_run"] = -1
+        with pytest.raises(CheckpointError, match=r"health\.divergent_run"):
+            restore_state(trainer, tensors, old)
+    finally:
+        trainer.close()
+
+
 def test_checkpoints_hold_nn_linear_layout_for_an_input_major_first_layer() -> None:
     """CartPole's 4 inputs make the first layer input-major (InputMajorLinear). Checkpoints hold
     its weight and Adam state in nn.Linear's [out, in] layout, as checkpoints written before that

@@ -145,7 +145,7 @@ class QEnsemble:
         dirs = [Path(p) for p in paths]
         if not dirs:
             raise ConfigError("paths must name at least one run directory, got: 0")
-        _refuse_repeats(dirs, "paths")
+        _refuse_repeats([(str(p), d) for p, d in zip(paths, dirs, strict=True)], "paths")
         return cls([load_model(d) for d in dirs], names=[str(d) for d in dirs])
 
     @classmethod
@@ -324,7 +324,7 @@ def read_manifest(run_dir: Path) -> list[dict[str, Any]]:
         p = Path(m["path"])
         if p.is_absolute() or ".." in p.parts:
             raise FoxhuntError(f"{path}: member path must lie inside {run_dir}, got: {m['path']!r}")
-    _refuse_repeats([run_dir / m["path"] for m in members], f"{path}: members")
+    _refuse_repeats([(m["path"], run_dir / m["path"]) for m in members], f"{path}: members")
     return members
 
 
@@ -350,15 +350,16 @@ def _warn_identical(agents: Sequence[DQNAgent], labels: Sequence[str]) -> None:
         seen.append((label, weights))
 
 
-def _refuse_repeats(dirs: Sequence[Path], what: str) -> None:
+def _refuse_repeats(dirs: Sequence[tuple[str, Path]], what: str) -> None:
     """A member listed twice is one model counted twice: its agreement with itself would shrink
-    the ensemble's spread (every std 0 for copies of one run), read as certainty."""
-    seen: dict[Path, Path] = {}
-    for d in dirs:
+    the ensemble's spread (every std 0 for copies of one run), read as certainty. ``dirs``:
+    (as the user wrote it, the directory)."""
+    seen: dict[Path, str] = {}
+    for written, d in dirs:
         key = d.resolve()
         if key in seen:
-            raise FoxhuntError(f"{what} list the same run twice: {str(seen[key])!r} and {str(d)!r}")
-        seen[key] = d
+            raise FoxhuntError(f"{what} list the same run twice: {seen[key]!r} and {written!r}")
+        seen[key] = written
 
 
 def train_ensemble(
@@ -533,6 +534,12 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
     return _finish_ensemble(base, run_dir, paths, seeds)
 
 
+def flat_action(positions: Sequence[float]) -> int:
+    """The trading fallback: the position nearest flat (smallest |p|), standing aside being the
+    trader's "I don't know"."""
+    return min(range(len(positions)), key=lambda i: abs(positions[i]))
+
+
 class _Recorder:
     """Wraps an ensemble policy and keeps each decision's uncertainty for the summary."""
 
@@ -641,8 +648,7 @@ def evaluate_ensemble(
 
     config = spec.trading_config()
     if fallback_action is None:
-        # The flat position (smallest |p|): standing aside is the trader's "I don't know".
-        fallback_action = min(range(len(config.positions)), key=lambda i: abs(config.positions[i]))
+        fallback_action = flat_action(config.positions)
     rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
     split = "test" if split is None else split
     # One market for the ensemble, its baselines and its members: the detector is fitted once,

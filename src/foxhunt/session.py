@@ -637,6 +637,9 @@ def next_position(
     *,
     model: str = "final",
     held: float | None = None,
+    risk_aversion: float = 0.0,
+    max_std: float | None = None,
+    fallback_action: int | None = None,
 ) -> dict[str, Any]:
     """The position a trading run's policy takes at the last bar of its data, to hold over the
     next period: acting on new bars. ``data`` is the run's data grown by the new bars (the
@@ -647,14 +650,34 @@ def next_position(
     The observation includes the position held into the last bar. By default that is the
     policy's own, replayed from the start of the test span; ``held`` (one of the run's
     positions) gives the one actually held instead. Returns the bar's timestamp, the action and
-    its position, the position held into the bar, and the bar's regime probabilities."""
+    its position, the position held into the bar, and the bar's regime probabilities.
+
+    An ensemble directory acts as ``ensemble evaluate`` does (its members' final weights,
+    ``risk_aversion``, ``max_std`` with ``fallback_action``, by default the flat position) and
+    adds the decision's uncertainty under ``"ensemble"``."""
     from foxhunt.envs.trading import TradingEnv
     from foxhunt.runs import build_trading, data_path
 
     run_dir = Path(run_dir)
-    if (run_dir / "ensemble.json").is_file():
+    is_ensemble = (run_dir / "ensemble.json").is_file()
+    if is_ensemble and model != "final":
         raise ConfigError(
-            f"{run_dir} is an ensemble: next_position takes one run (e.g. {run_dir / 'member-0'})"
+            f"model applies to one run; the ensemble {run_dir} acts on its members' final "
+            f"weights, got model={model!r}"
+        )
+    given = {
+        k: v
+        for k, v, default in (
+            ("risk_aversion", risk_aversion, 0.0),
+            ("max_std", max_std, None),
+            ("fallback_action", fallback_action, None),
+        )
+        if v is not default and v != default
+    }
+    if given and not is_ensemble:
+        raise ConfigError(
+            f"{', '.join(given)} applies to ensembles; {run_dir} is one run, got "
+            + ", ".join(f"{k}={v!r}" for k, v in given.items())
         )
     spec = load_spec(run_dir)
     if not spec.is_trading:
@@ -677,9 +700,22 @@ def next_position(
     # Read once: the market build checks the file continues the run's data (else refuses it).
     setup = build_trading(spec, data_override=path, recorded=recorded, continuing=True)
     span = setup.span("test")
-    act = model_policy(load_model(run_dir, model))  # warns when there is no best to load
-    model = _weights_used(run_dir, model)
+    recorder = None
+    if is_ensemble:
+        from foxhunt.ensemble import QEnsemble, _Recorder, flat_action
+
+        ensemble = QEnsemble.load(run_dir)
+        if fallback_action is None:
+            fallback_action = flat_action(positions)
+        recorder = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
+        act: Callable[[Any], int] = recorder
+        fits = _model_fits(ensemble.agents[0], run_dir / ensemble.names[0])
+    else:
+        agent = load_model(run_dir, model)  # warns when there is no best to load
+        act, fits = model_policy(agent), _model_fits(agent, run_dir)
+        model = _weights_used(run_dir, model)
     env = TradingEnv(span, setup.config, eval_mode=True)
+    fits(env, "the trading env")
     obs, info = env.reset()
     if held is not None:
         # Features and regimes do not depend on the positions taken: the last bar's
@@ -702,7 +738,7 @@ def next_position(
         replayed = float(info["position"])
     action = act(obs)
     timestamps = span.timestamps
-    return {
+    out = {
         "timestamp": str(pd.Timestamp(timestamps[-1])) if timestamps is not None else None,
         "action": action,
         "position": float(positions[action]),
@@ -710,6 +746,18 @@ def next_position(
         "regime_probabilities": [float(p) for p in span.regime_probs[-1]],
         "model": model,
     }
+    if recorder is not None:  # the last decision's uncertainty, as ensemble evaluate reports it
+        out["ensemble"] = {
+            "members": recorder.ensemble.names,
+            "risk_aversion": risk_aversion,
+            "max_std": max_std,
+            "fallback_action": fallback_action if max_std is not None else None,
+            "chosen_std": recorder.chosen_std[-1],
+            "mean_std": recorder.mean_std[-1],
+            "disagreement": recorder.disagreement[-1],
+            "fell_back": recorder.fell_back[-1],
+        }
+    return out
 
 
 def _weights_used(run_dir: Path, model: str) -> str:

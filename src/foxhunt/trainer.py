@@ -1032,7 +1032,7 @@ class DQNTrainer:
     @torch.inference_mode()
     def _network_health(self, rows: int = 256) -> tuple[bool, float]:
         """(every weight finite, max |Q(s, a)| over the newest ``rows`` stored transitions),
-        the largest over data-parallel ranks."""
+        the largest over data-parallel ranks, which also share their largest reward."""
         net = self.agent.online_net
         finite = all(bool(torch.isfinite(p).all()) for p in net.parameters())
         q_abs_max = 0.0
@@ -1045,10 +1045,14 @@ class DQNTrainer:
             taken = q.float().gather(1, batch.actions.long()[:, None])
             q_abs_max = float(taken.abs().max())
         if self.dist.enabled:
-            mine = torch.tensor([0.0 if finite else 1.0, q_abs_max], dtype=torch.float64)
+            # The bound too: rewards collected since the last update are still rank-local, and
+            # a rank judging by a smaller bound would halt alone (the others then wait forever).
+            reward = self.health.max_abs_reward
+            mine = torch.tensor([0.0 if finite else 1.0, q_abs_max, reward], dtype=torch.float64)
             mine = torch.nan_to_num(mine, nan=math.inf)
             torch.distributed.all_reduce(mine, op=torch.distributed.ReduceOp.MAX)
             finite, q_abs_max = bool(mine[0] == 0.0), float(mine[1])
+            self.health.max_abs_reward = float(mine[2])
         return finite, q_abs_max
 
     def close(self) -> None:

@@ -366,6 +366,8 @@ def _check_state(
         _field(state, "health.max_abs_reward", "finite")
     if state["health"].get("initial_q_abs_max") is not None:
         _field(state, "health.initial_q_abs_max", "finite")
+    if "divergent_run" in state["health"]:
+        _field(state, "health.divergent_run", "count")
     # Optimizer and scheduler states are applied with ``__dict__.update``-like loaders: hold them
     # to the fresh trainer's structure, and the optimizer settings to the hyperparameters.
     agent = trainer.agent
@@ -574,6 +576,8 @@ def _check_round_trip(
     # trainer's.
     expected = {k: v for k, v in state.items() if k != "run"}
     expected["hyperparameters"] = trainer.hp.to_dict()
+    # Health counters newer than the checkpoint start where a fresh run does.
+    expected["health"] = {**_NEWER_HEALTH_FIELDS, **state["health"]}
     skip: set[str] = set()
     if state["loop"]["has_obs"] and state["envs"] is None:  # restarted from a fresh reset
         skip = {"loop.obs", "loop.ep_return", "loop.ep_length"}
@@ -601,6 +605,10 @@ def _check_round_trip(
     diff = _first_difference(expected, state_again, "")
     if diff is not None:
         raise CheckpointError(f"checkpoint state field {diff}")
+
+
+# Health-state fields added after checkpoints were first written, at a fresh run's values.
+_NEWER_HEALTH_FIELDS: dict[str, Any] = {"initial_q_abs_max": None, "divergent_run": 0}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

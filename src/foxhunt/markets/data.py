@@ -1457,13 +1457,13 @@ def _arrow_backed(text: pd.Series) -> bool:
 
 def _regex_rows(text: pd.Series, pattern: re.Pattern[str], *, full: bool) -> np.ndarray:
     """``text.str.fullmatch(pattern)`` (``full``) or ``.str.contains(pattern)`` as a bool array,
-    with Python's ``re`` semantics, at pyarrow's speed.
+    the same answers at pyarrow's speed.
 
     A Python regex pass takes about 3 s per million rows; pandas hands a pattern to pyarrow's
     RE2 (a tenth of that) only where RE2 agrees with ``re``, and ``\\s`` is not such a pattern.
     Written as one space it matches a subset of the rows, written as any character a superset;
     two RE2 passes settle every row outside the gap between them, and ``re`` decides the rest
-    (none in a usual file). ``text`` holds no missing values."""
+    (none in a usual file). ``text`` holds no missing values (the callers' ``astype(str)``)."""
     pat = pattern.pattern
     search = text.str.fullmatch if full else text.str.contains
     if "\\s" not in pat or not _arrow_backed(text) or re.search(r"\[[^\]]*\\s", pat):
@@ -1484,6 +1484,8 @@ def _regex_rows(text: pd.Series, pattern: re.Pattern[str], *, full: bool) -> np.
 def _fullmatch_all(text: pd.Series, pattern: re.Pattern[str]) -> bool:
     """``text.str.fullmatch(pattern).all()``: a first value that fails settles it without a pass
     over every row."""
+    if text.isna().any():  # pandas' own answer: .all() passes over the missing values
+        return bool(text.str.fullmatch(pattern).all())
     first = text.iloc[0] if len(text) else None
     if isinstance(first, str) and pattern.fullmatch(first) is None:
         return False
