@@ -316,3 +316,14 @@ def test_replay_memory_smoke(tmp_path: Path) -> None:
     assert b["float32_obs_storage"] == 2 * frame * 4 + 20
     assert out["ratios"]["foxhunt_vs_sb3_bytes_per_transition"] == b["foxhunt"] / b["sb3"]
     assert set(r["sample_ms_median"]) == {"foxhunt", "sb3", "sb3_float"}
+
+
+def test_load_ohlcv_smoke(tmp_path: Path) -> None:
+    out = _run("load_ohlcv", tmp_path)
+    assert [r["layout"] for r in out["results"]] == ["iso", "iso_offset", "epoch_ms"]
+    for r in out["results"]:
+        assert r["rows"] == 2_000 and len(r["seconds"]["foxhunt"]) == 3
+        times = r["seconds"]
+        paired = [a / b for a, b in zip(times["foxhunt"], times["pandas"], strict=True)]
+        assert r["ratio_paired_median"] == sorted(paired)[1]
+        assert out["ratios"][f"foxhunt_vs_pandas_{r['layout']}"] == r["ratio_paired_median"]

@@ -631,5 +631,11 @@ def test_next_position_acts_with_an_ensemble(trading_ensemble, tmp_path):
         foxhunt.next_position(trading_ensemble, model="best")
     with pytest.raises(ConfigError, match=r"fallback_action applies to ensembles.*=0"):
         foxhunt.next_position(trading_ensemble / "member-0", fallback_action=0)
-    with pytest.raises(ConfigError, match=r"risk_aversion, max_std applies to ensembles"):
+    with pytest.raises(ConfigError, match=r"risk_aversion, max_std apply to ensembles"):
         foxhunt.next_position(trading_ensemble / "member-0", risk_aversion=1.0, max_std=0.1)
+    for odd in (False, np.array([0.0, 1.0])):  # not numbers: refused, never compared
+        with pytest.raises(ConfigError, match=r"risk_aversion applies to ensembles"):
+            foxhunt.next_position(trading_ensemble / "member-0", risk_aversion=odd)
+    # As ensemble evaluate: a fallback without a limit would never be taken.
+    with pytest.raises(ConfigError, match=r"give max_std too, got fallback_action=2"):
+        foxhunt.next_position(trading_ensemble, fallback_action=2)

@@ -665,19 +665,25 @@ def next_position(
             f"model applies to one run; the ensemble {run_dir} acts on its members' final "
             f"weights, got model={model!r}"
         )
+    no_risk = isinstance(risk_aversion, numbers.Real) and not isinstance(risk_aversion, bool)
     given = {
         k: v
-        for k, v, default in (
-            ("risk_aversion", risk_aversion, 0.0),
-            ("max_std", max_std, None),
-            ("fallback_action", fallback_action, None),
+        for k, v, unset in (
+            ("risk_aversion", risk_aversion, no_risk and risk_aversion == 0),
+            ("max_std", max_std, max_std is None),
+            ("fallback_action", fallback_action, fallback_action is None),
         )
-        if v is not default and v != default
+        if not unset
     }
     if given and not is_ensemble:
         raise ConfigError(
-            f"{', '.join(given)} applies to ensembles; {run_dir} is one run, got "
-            + ", ".join(f"{k}={v!r}" for k, v in given.items())
+            f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to ensembles; "
+            f"{run_dir} is one run, got " + ", ".join(f"{k}={v!r}" for k, v in given.items())
+        )
+    if is_ensemble and fallback_action is not None and max_std is None:
+        raise ConfigError(  # as ensemble evaluate says it
+            f"fallback_action is taken only where the members disagree by more than max_std; "
+            f"give max_std too, got fallback_action={fallback_action!r} and no max_std"
         )
     spec = load_spec(run_dir)
     if not spec.is_trading:
@@ -697,19 +703,20 @@ def next_position(
             f"data {path} does not start with the bars the run trained on (it has no data.json "
             "record to match): pass the run's data grown by the new bars (the whole history)"
         )
-    # Read once: the market build checks the file continues the run's data (else refuses it).
-    setup = build_trading(spec, data_override=path, recorded=recorded, continuing=True)
-    span = setup.span("test")
     recorder = None
-    if is_ensemble:
+    if is_ensemble:  # its options checked before the data is read
         from foxhunt.ensemble import QEnsemble, _Recorder, flat_action
 
         ensemble = QEnsemble.load(run_dir)
         if fallback_action is None:
             fallback_action = flat_action(positions)
         recorder = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
+    # Read once: the market build checks the file continues the run's data (else refuses it).
+    setup = build_trading(spec, data_override=path, recorded=recorded, continuing=True)
+    span = setup.span("test")
+    if recorder is not None:
         act: Callable[[Any], int] = recorder
-        fits = _model_fits(ensemble.agents[0], run_dir / ensemble.names[0])
+        fits = _model_fits(recorder.ensemble.agents[0], run_dir / recorder.ensemble.names[0])
     else:
         agent = load_model(run_dir, model)  # warns when there is no best to load
         act, fits = model_policy(agent), _model_fits(agent, run_dir)
@@ -748,7 +755,7 @@ def next_position(
     }
     if recorder is not None:  # the last decision's uncertainty, as ensemble evaluate reports it
         out["ensemble"] = {
-            "members": recorder.ensemble.names,
+            "members": list(recorder.ensemble.names),
             "risk_aversion": risk_aversion,
             "max_std": max_std,
             "fallback_action": fallback_action if max_std is not None else None,
