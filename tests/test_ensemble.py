@@ -639,3 +639,13 @@ def test_next_position_acts_with_an_ensemble(trading_ensemble, tmp_path):
     # As ensemble evaluate: a fallback without a limit would never be taken.
     with pytest.raises(ConfigError, match=r"give max_std too, got fallback_action=2"):
         foxhunt.next_position(trading_ensemble, fallback_action=2)
+
+
+def test_the_default_fallback_is_the_one_position_nearest_flat() -> None:
+    from foxhunt.ensemble import flat_action
+
+    assert flat_action([-1.0, 0.0, 1.0], 0.1) == 1
+    assert flat_action([0.5, 1.0], 0.1) == 0  # long-only without flat: the least exposure
+    assert flat_action([-1.0, 1.0], None) is None  # no limit, no fallback
+    with pytest.raises(ConfigError, match=r"positions \[-1.0, 1.0\] have no one position"):
+        flat_action([-1.0, 1.0], 0.1)  # short or long: the user's choice

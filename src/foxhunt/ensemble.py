@@ -534,10 +534,20 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
     return _finish_ensemble(base, run_dir, paths, seeds)
 
 
-def flat_action(positions: Sequence[float]) -> int:
+def flat_action(positions: Sequence[float], max_std: float | None) -> int | None:
     """The trading fallback: the position nearest flat (smallest |p|), standing aside being the
-    trader's "I don't know"."""
-    return min(range(len(positions)), key=lambda i: abs(positions[i]))
+    trader's "I don't know". None without ``max_std`` (no fallback is ever taken); refused where
+    two positions are nearest (short or long of [-1, 1]: the fallback must be chosen)."""
+    if max_std is None:
+        return None
+    smallest = min(abs(p) for p in positions)
+    nearest = [i for i, p in enumerate(positions) if abs(p) == smallest]
+    if len(nearest) > 1:
+        raise ConfigError(
+            f"positions {list(positions)} have no one position nearest flat to fall back on "
+            f"where the members disagree: give fallback_action (one of 0..{len(positions) - 1})"
+        )
+    return nearest[0]
 
 
 class _Recorder:
@@ -648,7 +658,7 @@ def evaluate_ensemble(
 
     config = spec.trading_config()
     if fallback_action is None:
-        fallback_action = flat_action(config.positions)
+        fallback_action = flat_action(config.positions, max_std)
     rec = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
     split = "test" if split is None else split
     # One market for the ensemble, its baselines and its members: the detector is fitted once,
@@ -660,9 +670,7 @@ def evaluate_ensemble(
         name: bt.run_policy(span, model_policy(agent), config, name, periods_per_year=ppy).metrics
         for name, agent in zip(ensemble.names, ensemble.agents, strict=True)
     }
-    # The flat default is only ever taken above max_std: without one there is no fallback.
-    active = fallback_action if max_std is not None else None
-    summary["ensemble"] = {**settings, "fallback_action": active, **rec.stats()}
+    summary["ensemble"] = {**settings, "fallback_action": fallback_action, **rec.stats()}
     summary["members"] = members
     text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
     atomic_write_text(run_dir / "backtest" / ENSEMBLE_FILE, text)

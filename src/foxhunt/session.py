@@ -709,7 +709,7 @@ def next_position(
 
         ensemble = QEnsemble.load(run_dir)
         if fallback_action is None:
-            fallback_action = flat_action(positions)
+            fallback_action = flat_action(positions, max_std)
         recorder = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
     # Read once: the market build checks the file continues the run's data (else refuses it).
     setup = build_trading(spec, data_override=path, recorded=recorded, continuing=True)
@@ -758,7 +758,7 @@ def next_position(
             "members": list(recorder.ensemble.names),
             "risk_aversion": risk_aversion,
             "max_std": max_std,
-            "fallback_action": fallback_action if max_std is not None else None,
+            "fallback_action": fallback_action,
             "chosen_std": recorder.chosen_std[-1],
             "mean_std": recorder.mean_std[-1],
             "disagreement": recorder.disagreement[-1],
