@@ -415,3 +415,37 @@ def test_a_halt_logs_the_steps_since_the_last_row(hp_factory, toy_env_cls, tmp_p
     # row of env step 20 is written by the halt (the loop would have written it after the step).
     assert trainer.env_steps == 20 and rows["env_steps"].tolist() == [10, 20]
     assert rows["skipped_steps"].iloc[-1] == 3 and rows["optimizer_steps"].iloc[-1] == 2
+
+
+def test_a_halted_run_keeps_why_and_its_report_says_so(tmp_path: Path) -> None:
+    """The stop's one line on stderr is gone with the terminal: halted.json keeps it beside the
+    metrics, the run report puts it at the top, and a resume that finishes removes it."""
+    import json
+
+    from foxhunt.report import write_run_report
+    from foxhunt.runs import build_spec
+    from foxhunt.session import resume_training, run_training
+
+    overrides = {
+        "hidden_sizes": [16],
+        "learning_starts": 64,
+        "batch_size": 16,
+        "train_freq": 4,
+        "log_interval": 50,
+        "checkpoint_interval": 50,
+        "eval_interval": 0,
+        "q_divergence_bound": 1e-6,
+    }
+    spec = build_spec(env="CartPole-v1", overrides=overrides, total_steps=200)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingHalted) as err:
+        run_training(spec, run, progress=False)
+    record = json.loads((run / "halted.json").read_text())
+    assert record["message"] == str(err.value) and record["env_steps"] == 64
+    assert [e["kind"] for e in record["health"]] == ["q_divergence"]
+    page = write_run_report(run)["index"].read_text()
+    assert "training stopped by health monitor: Q divergence" in page
+    # Finished short of the halt (the checkpoint is at env step 52): the model is saved, the
+    # record goes.
+    resume_training(run, total_steps=60, progress=False)
+    assert (run / "summary.json").is_file() and not (run / "halted.json").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -221,6 +222,18 @@ def _written_nonfinite(cells: pd.DataFrame) -> pd.DataFrame:
     return cells.apply(lambda column: column.str.strip().str.lower().isin(_NONFINITE_TEXT))
 
 
+def _halt_alert(run_dir: Path) -> str | None:
+    """The health monitor's stop, from ``halted.json``, at the top of the page."""
+    path = run_dir / "halted.json"
+    if not path.is_file():
+        return None
+    try:
+        message = json.loads(path.read_text(encoding="utf-8")).get("message")
+    except (OSError, ValueError, AttributeError):
+        message = None
+    return f"{message}." if isinstance(message, str) else f"{path} is unreadable."
+
+
 def _nonfinite_alert(nonfinite: pd.DataFrame) -> str | None:
     """A line at the top of the page when any logged value is nan or inf: the summary's final
     values say so per metric, but a diverged run should not need a table read to be seen."""
@@ -349,6 +362,7 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
     )
     nonfinite = _written_nonfinite(cells)
     summary = _summary_rows(frame.drop(columns=["row"], errors="ignore"), x, nonfinite)
+    alerts = [a for a in (_halt_alert(run_dir), _nonfinite_alert(nonfinite)) if a is not None]
     page = _html(
         run_dir,
         images,
@@ -356,7 +370,7 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
         config_text,
         backtest_href,
         len(frame),
-        _nonfinite_alert(nonfinite),
+        " ".join(alerts) or None,
     )
     index = out_dir / _INDEX
     atomic_write_bytes(index, page.encode("utf-8"))

@@ -164,10 +164,26 @@ def _finished(run_dir: Path, trainer: DQNTrainer) -> bool:
     return summary_env_steps(run_dir) == trainer.env_steps
 
 
+HALTED_FILE = "halted.json"  # why a health monitor stopped the run (report.py reads it)
+
+
 def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
     save_model(run_dir, trainer.agent, best_state=trainer.best_state)
     summary = {**summary, "health": [e.__dict__ for e in trainer.health.events]}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2, default=float))
+    (run_dir / HALTED_FILE).unlink(missing_ok=True)  # a halt that a resume has since got past
+
+
+def _record_halt(trainer: DQNTrainer, run_dir: Path, exc: TrainingHalted) -> None:
+    """Keep why a health monitor stopped the run beside its metrics: the one line on stderr is
+    gone with the terminal (``foxhunt report`` shows it; a finished resume removes it)."""
+    record = {
+        "message": str(exc),
+        "env_steps": trainer.env_steps,
+        "optimizer_steps": trainer.agent.optimizer_steps,
+        "health": [e.__dict__ for e in trainer.health.events],
+    }
+    atomic_write_text(run_dir / HALTED_FILE, json.dumps(record, indent=2, default=float))
 
 
 def _train_loop(
@@ -177,9 +193,10 @@ def _train_loop(
 
     try:
         summary = trainer.learn(total)
-    except TrainingHalted:
+    except TrainingHalted as exc:
         # The last good checkpoint stays in place (no new save: the weights may be bad).
         trainer._checkpointer = None
+        _record_halt(trainer, run_dir, exc)
         raise
     finally:
         if trainer.logger is not None:
