@@ -445,6 +445,10 @@ def test_a_halted_run_keeps_why_and_its_report_says_so(tmp_path: Path) -> None:
     assert [e["kind"] for e in record["health"]] == ["q_divergence"]
     page = write_run_report(run)["index"].read_text()
     assert "training stopped by health monitor: Q divergence" in page
+    kept = (run / "halted.json").read_text()
+    (run / "halted.json").write_text("[" * 100_000)  # damaged: said, never a traceback
+    assert "halted.json is unreadable." in write_run_report(run)["index"].read_text()
+    (run / "halted.json").write_text(kept)
     # Finished short of the halt (the checkpoint is at env step 52): the model is saved, the
     # record goes.
     resume_training(run, total_steps=60, progress=False)

@@ -229,7 +229,7 @@ def _halt_alert(run_dir: Path) -> str | None:
         return None
     try:
         message = json.loads(path.read_text(encoding="utf-8")).get("message")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         message = None
     return f"{message}." if isinstance(message, str) else f"{path} is unreadable."
 
