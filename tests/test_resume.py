@@ -224,6 +224,16 @@ def _small_cartpole_trainer() -> Any:
     return DQNTrainer(hp, "CartPole-v1")
 
 
+def _trained_and_captured() -> tuple[Any, dict[str, torch.Tensor], dict[str, Any]]:
+    """A small trainer after 64 env steps, and its captured state (tensors cloned)."""
+    from foxhunt.trainstate import capture_state
+
+    trainer = _small_cartpole_trainer()
+    trainer.learn(64)
+    tensors, state = capture_state(trainer)
+    return trainer, {k: v.clone() for k, v in tensors.items()}, state
+
+
 def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> None:
     """A checkpoint written before a field existed resumes when the run keeps that field's
     default; a non-default value still refuses it."""
@@ -232,11 +242,8 @@ def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> N
     from foxhunt.errors import CheckpointError
     from foxhunt.trainstate import capture_state, restore_state
 
-    trainer = _small_cartpole_trainer()
+    trainer, tensors, state = _trained_and_captured()
     try:
-        trainer.learn(64)
-        tensors, state = capture_state(trainer)
-        tensors = {k: v.clone() for k, v in tensors.items()}
         old = json.loads(json.dumps(state))
         del old["hyperparameters"]["action_augmentation"]  # as written before the field existed
         restore_state(trainer, tensors, old)
@@ -254,13 +261,10 @@ def test_checkpoint_without_newer_health_counters_resumes() -> None:
     import json
 
     from foxhunt.errors import CheckpointError
-    from foxhunt.trainstate import capture_state, restore_state
+    from foxhunt.trainstate import restore_state
 
-    trainer = _small_cartpole_trainer()
+    trainer, tensors, state = _trained_and_captured()
     try:
-        trainer.learn(64)
-        tensors, state = capture_state(trainer)
-        tensors = {k: v.clone() for k, v in tensors.items()}
         old = json.loads(json.dumps(state))
         del old["health"]["divergent_run"], old["health"]["initial_q_abs_max"]
         restore_state(trainer, tensors, old)

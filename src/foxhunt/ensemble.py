@@ -534,6 +534,15 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
     return _finish_ensemble(base, run_dir, paths, seeds)
 
 
+def require_limit_for_fallback(fallback_action: int | None, max_std: float | None) -> None:
+    """Refuse a fallback that could never be taken: it applies only above ``max_std``."""
+    if fallback_action is not None and max_std is None:
+        raise ConfigError(
+            f"fallback_action is taken only where the members disagree by more than max_std; "
+            f"give max_std too, got fallback_action={fallback_action!r} and no max_std"
+        )
+
+
 def flat_action(positions: Sequence[float], max_std: float | None) -> int | None:
     """The trading fallback: the position nearest flat (smallest |p|), standing aside being the
     trader's "I don't know". None without ``max_std`` (no fallback is ever taken); refused where
@@ -629,11 +638,7 @@ def evaluate_ensemble(
     spec = load_spec(run_dir)
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     data = data_path(data)
-    if fallback_action is not None and max_std is None:
-        raise ConfigError(
-            f"fallback_action is taken only where the members disagree by more than max_std; "
-            f"give max_std too, got fallback_action={fallback_action!r} and no max_std"
-        )
+    require_limit_for_fallback(fallback_action, max_std)
     ensemble = QEnsemble.load(run_dir)
     # The members were trained on the env config.yaml described then; one edited since fails
     # here in one line naming the file, not deep in a member's network.

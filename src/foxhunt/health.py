@@ -27,6 +27,10 @@ def _is_power_of_ten(n: int) -> bool:
     return n == 1
 
 
+# State fields added after checkpoints were first written, at a fresh run's values.
+NEWER_FIELDS: dict[str, object] = {"initial_q_abs_max": None, "divergent_run": 0}
+
+
 @dataclass
 class HealthEvent:
     """One monitor firing."""
@@ -224,9 +228,10 @@ class HealthMonitor:
         }
 
     def load_state(self, state: dict[str, object]) -> None:
+        state = {**NEWER_FIELDS, **state}  # absent from older checkpoints: a fresh run's
         self.max_abs_reward = float(state["max_abs_reward"])  # type: ignore[arg-type]
-        initial = state.get("initial_q_abs_max")  # absent from older checkpoints: set anew
+        initial = state["initial_q_abs_max"]
         self.initial_q_abs_max = None if initial is None else float(initial)  # type: ignore[arg-type]
         self.collapse_run = int(state["collapse_run"])  # type: ignore[call-overload]
-        self.divergent_run = int(state.get("divergent_run", 0))  # type: ignore[call-overload]
+        self.divergent_run = int(state["divergent_run"])  # type: ignore[call-overload]
         self.events = [HealthEvent(**e) for e in state["events"]]  # type: ignore[union-attr]

@@ -697,11 +697,10 @@ def next_position(
             f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to ensembles; "
             f"{run_dir} is one run, got " + ", ".join(f"{k}={v!r}" for k, v in given.items())
         )
-    if is_ensemble and fallback_action is not None and max_std is None:
-        raise ConfigError(  # as ensemble evaluate says it
-            f"fallback_action is taken only where the members disagree by more than max_std; "
-            f"give max_std too, got fallback_action={fallback_action!r} and no max_std"
-        )
+    if is_ensemble:
+        from foxhunt.ensemble import require_limit_for_fallback
+
+        require_limit_for_fallback(fallback_action, max_std)
     spec = load_spec(run_dir)
     if not spec.is_trading:
         raise ConfigError(f"{run_dir} trained on {spec.env!r}: next_position is for trading runs")

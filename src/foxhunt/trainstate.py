@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from foxhunt.config import DQNHyperparameters
+from foxhunt.health import NEWER_FIELDS as NEWER_HEALTH_FIELDS
 from foxhunt.networks import stored_transposed
 from foxhunt.replay import PrioritizedReplayBuffer
 from foxhunt.trainer import DQNTrainer, MetricsWindow
@@ -577,7 +578,7 @@ def _check_round_trip(
     expected = {k: v for k, v in state.items() if k != "run"}
     expected["hyperparameters"] = trainer.hp.to_dict()
     # Health counters newer than the checkpoint start where a fresh run does.
-    expected["health"] = {**_NEWER_HEALTH_FIELDS, **state["health"]}
+    expected["health"] = {**NEWER_HEALTH_FIELDS, **state["health"]}
     skip: set[str] = set()
     if state["loop"]["has_obs"] and state["envs"] is None:  # restarted from a fresh reset
         skip = {"loop.obs", "loop.ep_return", "loop.ep_length"}
@@ -605,10 +606,6 @@ def _check_round_trip(
     diff = _first_difference(expected, state_again, "")
     if diff is not None:
         raise CheckpointError(f"checkpoint state field {diff}")
-
-
-# Health-state fields added after checkpoints were first written, at a fresh run's values.
-_NEWER_HEALTH_FIELDS: dict[str, Any] = {"initial_q_abs_max": None, "divergent_run": 0}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
