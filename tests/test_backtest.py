@@ -296,6 +296,33 @@ def test_regime_oracle_goes_long_up_short_down_and_beats_buy_and_hold():
     assert bt.oracle_positions(reference, pricey) == {0: 0.0, 1: 0.0}
 
 
+def test_warm_up_bars_without_a_regime_estimate_are_not_the_first_regime(tmp_path):
+    """A rule detector's warm-up rows (uniform probabilities) have no state: argmax called them
+    state 0, so the per-regime table and the accuracy counted them in that state."""
+    market = make_market(n=60, seed=3, n_regimes=3)
+    market.regime_probs[:20] = 1.0 / 3.0  # no opinion yet
+    res = bt.buy_and_hold(market, TradingEnvConfig(window=5))
+    expected = market.regime_probs[5:60].argmax(axis=1)
+    expected[:15] = -1  # period ends at bars 5..19 have no estimate
+    np.testing.assert_array_equal(res.detected_regimes, expected)
+    np.testing.assert_array_equal(res.regime_labels, expected)
+    assert res.per_regime[bt.NO_REGIME]["bars"] == 15
+    for k, name in enumerate(market.regime_names):
+        assert res.per_regime.get(name, {"bars": 0.0})["bars"] == np.sum(expected == k)
+    assert bt.series_frame([res])["detected_regime"].iloc[:15].eq(-1).all()
+    bt.write_report(tmp_path, [res], title="warm-up")  # the plot greys the warm-up bars
+
+
+def test_regime_accuracy_counts_no_estimate_as_wrong_and_never_matches_it():
+    from foxhunt.markets.regimes import regime_accuracy
+
+    true = np.array([0, 0, 0, 1, 1, 1, 1, 1])
+    # Matched like a state, the warm-up label (-1) would take regime 1 and score 7 of 8.
+    pred = np.array([0, 0, 0, -1, -1, -1, -1, 1])
+    assert regime_accuracy(pred, true) == pytest.approx(4 / 8)
+    assert regime_accuracy(np.full(8, -1), true) == 0.0
+
+
 def test_regime_rule_without_a_detector_opinion_stays_flat():
     """A reference span whose detector never left its uniform no-opinion rows gives the rule no
     state to learn from: flat on every bar (it crashed on the empty run-length table)."""
@@ -508,6 +535,11 @@ def test_periods_per_year_is_robust_to_short_files_and_gaps():
     months = pd.date_range("2000-01-31", periods=120, freq="ME").to_numpy()
     span_years = (months[-1] - months[0]) / np.timedelta64(1, "D") / 365.25
     assert infer_periods_per_year(months) == pytest.approx(119 / span_years)
+    # Two weeks of 2-day bars are not daily bars (the short-file rule once said 365.25, a
+    # Sharpe ratio sqrt(2) too high); a year of them reads the same rate.
+    for periods in (8, 183):
+        two_day = pd.date_range("2024-01-03", periods=periods, freq="2D").to_numpy()
+        assert infer_periods_per_year(two_day) == pytest.approx(365.25 / 2, rel=3e-3)
 
 
 def test_metric_functions_refuse_a_meaningless_year_and_survive_huge_growth():

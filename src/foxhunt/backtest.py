@@ -245,7 +245,9 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
       futures) counts what it trades;
     * data shorter than two whole weeks: the median number of bars per dated day times the
       days traded per year (:func:`_active_weekdays`; exchange holidays cannot be seen);
-    * longer bars: intervals / span in years (weekly, monthly bars have no week to read).
+    * longer bars, and bars of a day and a half or more in data too short for whole weeks:
+      intervals / span in years (weekly, monthly bars have no week to read; three weeks of
+      2-day bars are not daily bars).
     """
     ts = _utc_datetime64(timestamps)
     if ts is None or ts.size < 3:
@@ -256,12 +258,12 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     if gaps.size == 0:
         return default
     bar = float(np.median(gaps))
-    if bar >= 4 * _DAY_NS:
-        years = (ns[-1] - ns[0]) / (_YEAR_DAYS * _DAY_NS)
-        return float((ts.size - 1) / years)
     days = ns // _DAY_NS
     weeks, per_week = np.unique((days + 3) // 7, return_counts=True)  # day 0 was a Thursday
     whole = per_week[(weeks > weeks[0]) & (weeks < weeks[-1])]
+    if bar >= 4 * _DAY_NS or (whole.size < 2 and bar >= 1.5 * _DAY_NS):
+        years = (ns[-1] - ns[0]) / (_YEAR_DAYS * _DAY_NS)
+        return float((ts.size - 1) / years)
     if whole.size >= 2:
         trading = whole[whole >= 0.5 * np.median(whole)]  # weeks of an outage left out
         return float(trading.mean()) * _YEAR_DAYS / 7
@@ -336,7 +338,7 @@ class BacktestResult:
     regime_labels: np.ndarray  # [n] int regime id per period used for per-regime metrics
     regime_source: str  # "true" or "detected"
     regime_names: tuple[str, ...]  # name per regime id
-    detected_regimes: np.ndarray  # [n] argmax of causal regime probabilities at bar t + 1
+    detected_regimes: np.ndarray  # [n] detector's most likely state at bar t + 1 (-1: none yet)
     true_regimes: np.ndarray | None  # [n] or None
     metrics: dict[str, float] = field(default_factory=dict)
     per_regime: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -371,8 +373,19 @@ def series_frame(results: Sequence[BacktestResult]) -> pd.DataFrame:
     return pd.DataFrame(columns, index=index)
 
 
+NO_REGIME = "no estimate (warm-up)"
+
+
 def _regime_name(names: Sequence[str], k: int) -> str:
-    return names[k] if 0 <= k < len(names) else f"regime_{k}"
+    if k < 0:  # the detector had no opinion yet (see _detected_states)
+        return NO_REGIME
+    return names[k] if k < len(names) else f"regime_{k}"
+
+
+def _regime_color(k: int) -> Any:
+    from matplotlib import colormaps
+
+    return (0.6, 0.6, 0.6, 1.0) if k < 0 else colormaps["tab10"](k % 10)
 
 
 def _wiped_out(metrics: dict[str, float]) -> None:
@@ -403,7 +416,8 @@ def _build_result(
     ends = slice(first + 1, first + 1 + n)  # bar t + 1 of each period
     close = np.asarray(market.close, dtype=np.float64)
     market_returns = close[ends] / close[first : first + n] - 1.0
-    detected = np.asarray(market.regime_probs)[ends].argmax(axis=1).astype(np.int64)
+    # -1 where the detector has no opinion yet: a rule's warm-up bars are not its first state.
+    detected = _detected_states(market)[ends]
     true = None if market.true_regimes is None else np.asarray(market.true_regimes)[ends]
     labels, source = (true.astype(np.int64), "true") if true is not None else (detected, "detected")
 
@@ -752,8 +766,6 @@ def _shade_regimes(ax: Any, x: np.ndarray, labels: np.ndarray, names: Sequence[s
     regime ``k``'s band when the period ending there or the one starting there is in ``k``, so
     adjacent bands meet without gaps.
     """
-    from matplotlib import colormaps
-
     ext = np.concatenate([labels[:1], labels])
     for k in np.unique(labels):
         inside = ext == k
@@ -764,15 +776,24 @@ def _shade_regimes(ax: Any, x: np.ndarray, labels: np.ndarray, names: Sequence[s
             1,
             where=inside,
             transform=ax.get_xaxis_transform(),
-            color=colormaps["tab10"](int(k) % 10),
+            color=_regime_color(int(k)),
             alpha=0.12,
             linewidth=0,
             label=_regime_name(names, int(k)),
         )
 
 
-def _plot(results: Sequence[BacktestResult], title: str) -> bytes:
+def _stripe_colors(regimes: np.ndarray) -> np.ndarray:
+    """RGBA per bar in one colormap call (not one per bar); grey where no regime is known."""
     from matplotlib import colormaps
+
+    k = np.asarray(regimes, dtype=np.int64)
+    colors = colormaps["tab10"](k % 10)
+    colors[k < 0] = _regime_color(-1)
+    return colors
+
+
+def _plot(results: Sequence[BacktestResult], title: str) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
 
@@ -803,7 +824,7 @@ def _plot(results: Sequence[BacktestResult], title: str) -> bytes:
         ax_reg.scatter(
             main.timestamps,
             np.full(regs.size, row),
-            c=colormaps["tab10"](np.asarray(regs, dtype=np.int64) % 10),  # one call, not per bar
+            c=_stripe_colors(regs),
             marker="|",
             s=120,
         )

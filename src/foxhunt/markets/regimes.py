@@ -687,7 +687,8 @@ def regime_accuracy(pred: Sequence[int] | np.ndarray, true: Sequence[int] | np.n
 
     Detector labels are arbitrary, so each predicted label is assigned to the true regime it
     agrees with most, jointly, by the Hungarian algorithm (a predicted label left unmatched, when
-    there are more of them than true regimes, counts as wrong).
+    there are more of them than true regimes, counts as wrong). A negative predicted label means
+    the detector had no opinion yet (a rule's warm-up bars): wrong, and never matched.
     """
     from scipy.optimize import linear_sum_assignment
 
@@ -698,9 +699,14 @@ def regime_accuracy(pred: Sequence[int] | np.ndarray, true: Sequence[int] | np.n
             f"<regimes>: pred and true must be equal-length non-empty 1-D arrays, got shapes "
             f"{p.shape} and {t.shape}"
         )
+    size = p.size
+    known = p >= 0
+    p, t = p[known], t[known]
+    if p.size == 0:
+        return 0.0
     p_labels, p_idx = np.unique(p, return_inverse=True)
     t_labels, t_idx = np.unique(t, return_inverse=True)
     confusion = np.zeros((p_labels.size, t_labels.size), dtype=np.int64)
     np.add.at(confusion, (p_idx, t_idx), 1)
     rows, cols = linear_sum_assignment(confusion, maximize=True)
-    return float(confusion[rows, cols].sum() / p.size)
+    return float(confusion[rows, cols].sum() / size)
