@@ -69,6 +69,11 @@ def test_metrics_match_hand_computation():
         (math.exp(mean * 252) - 1) / (1 - math.exp(-0.02)), rel=1e-12
     )
     np.testing.assert_allclose(bt.equity_curve(R), np.exp([0.01, -0.01, 0.02]), rtol=1e-12)
+    # Two losing bars of different sizes: the downside deviation is the root mean square of
+    # min(r, 0) over all four bars (Sortino & Price), not the spread of the losses.
+    r2 = [0.01, -0.02, -0.01, 0.03]
+    downside2 = math.sqrt((0.02**2 + 0.01**2) / 4)
+    assert bt.sortino(r2, 12) == pytest.approx(0.0025 / downside2 * math.sqrt(12), rel=1e-12)
 
 
 def test_position_metrics_match_hand_computation():
@@ -79,6 +84,8 @@ def test_position_metrics_match_hand_computation():
     assert bt.exposure(pos) == pytest.approx(4 / 5)
     assert bt.hit_rate(pos, rets) == pytest.approx(2 / 4)  # held bars 0,1,3,4; winners 0,3
     assert bt.hit_rate([0.0, 0.0], [0.01, 0.02]) == 0.0
+    # A held bar that earned exactly nothing (net of costs) is not a hit.
+    assert bt.hit_rate([1.0, 1.0, -1.0], [0.0, 0.01, -0.02]) == pytest.approx(1 / 3)
     m = bt.compute_metrics(rets, pos)
     assert m["turnover"] == pytest.approx(0.6) and m["hit_rate"] == pytest.approx(0.5)
     assert m["total_log_return"] == pytest.approx(0.024)

@@ -334,3 +334,62 @@ def test_ranks_judge_a_checkpoint_by_one_bound(tmp_path: Path) -> None:
         assert code == 0, err[-2000:]
     outcomes = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
     assert outcomes == ["finished", "finished"]
+
+
+PER_WORKER = textwrap.dedent(
+    """
+    import json, os, sys, torch
+    torch.set_num_threads(1)
+    from foxhunt import DQNHyperparameters
+    from foxhunt.distributed import init_from_env
+    from foxhunt.trainer import DQNTrainer
+    from foxhunt.cli import _leave_process_group
+    info = init_from_env("cpu")
+    hp = DQNHyperparameters(hidden_sizes=(16,), batch_size=16, gradient_accumulation_steps=2,
+                            learning_starts=64, train_freq=8, prioritized_replay=True,
+                            eval_interval=0, log_interval=1000, seed=5)
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    raw, used = [], []
+    sample = trainer.replay.sample_slots
+    def sample_slots(*args, **kwargs):
+        slots, weights = sample(*args, **kwargs)
+        raw.append(weights.tolist())
+        used.append([])
+        return slots, weights
+    trainer.replay.sample_slots = sample_slots
+    backward = trainer.agent.backward_micro_batch
+    def backward_micro_batch(mb, *args, **kwargs):
+        used[-1].extend(mb.weights.tolist())
+        return backward(mb, *args, **kwargs)
+    trainer.agent.backward_micro_batch = backward_micro_batch
+    trainer.learn(200)
+    trainer.close()
+    with open(os.path.join(sys.argv[1], f"per{info.rank}.json"), "w") as f:
+        json.dump({"raw": raw, "used": used}, f)
+    _leave_process_group(wait=True)
+    os._exit(0)  # skip interpreter teardown: gloo threads can abort it (std::terminate)
+    """
+)
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed missing")
+def test_prioritized_weights_are_normalised_over_every_ranks_batch(tmp_path: Path) -> None:
+    """One process sampling both ranks' slots divides every importance weight by the largest
+    of them all; each rank dividing by its own largest would weight the ranks' halves of one
+    step differently (and the step would not equal the single-process one)."""
+    import json
+
+    for code, err in _two_ranks(tmp_path, PER_WORKER, "", {"OMP_NUM_THREADS": "1"}):
+        assert code == 0 and "Traceback" not in err, err[-2000:]
+    ranks = [json.loads((tmp_path / f"per{r}.json").read_text()) for r in range(2)]
+    steps = len(ranks[0]["raw"])
+    assert steps == len(ranks[1]["raw"]) >= 10
+    differ = 0
+    for k in range(steps):
+        raw = [torch.tensor(r["raw"][k], dtype=torch.float64) for r in ranks]
+        top = max(float(w.max()) for w in raw)
+        differ += float(raw[0].max()) != float(raw[1].max())
+        for r in range(2):
+            used = torch.tensor(ranks[r]["used"][k], dtype=torch.float64)
+            torch.testing.assert_close(used, raw[r] / top, rtol=1e-6, atol=0.0)
+    assert differ >= 5  # the ranks' own maxima differ on most steps: the check has teeth

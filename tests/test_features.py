@@ -60,10 +60,16 @@ def test_constant_volume_scores_zero_not_nan():
     assert f["volume_z"].iloc[1:].tolist() == [0.0, 0.0, 0.0]
 
 
-def test_warmup_count_matches_nan_rows(market):
-    f = compute_features(market)
+@pytest.mark.parametrize(
+    "windows",
+    [{}, {"volume_window": 30}, {"vol_window": 25}, {"return_horizons": (1, 40)}],
+    ids=["defaults", "volume", "volatility", "returns"],
+)
+def test_warmup_count_matches_nan_rows(market, windows):
+    """Each window in turn the longest: the count follows the one that sets it."""
+    f = compute_features(market, **windows)
     first_full = int(np.argmax(f.notna().all(axis=1).to_numpy()))
-    assert first_full == feature_warmup()
+    assert first_full == feature_warmup(**windows)
     assert f.iloc[first_full:].notna().all().all()
 
 

@@ -383,7 +383,6 @@ def test_polyak_target_update(hp_factory, agent_factory, batch_factory) -> None:
         torch.testing.assert_close(
             _flat(agent.target_net.parameters()), target, rtol=1e-6, atol=1e-7
         )
-    assert agent.target_net.training is not None
     assert all(not p.requires_grad for p in agent.target_net.parameters())
 
 

@@ -441,6 +441,18 @@ def test_low_above_open(tmp_path):
     assert_one_line(err, "bars.csv", "'low'", "row 1", "10.2", "above open 10.0")
 
 
+def test_low_above_close(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(1, "2020-01-02,10.2,11.5,10.1,10.0,200")))
+    assert_one_line(err, "bars.csv", "'low'", "row 2", "10.1", "above close 10.0")
+
+
+def test_high_below_open(tmp_path):
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, rows_with(1, "2020-01-02,12.0,11.5,10,11,200")))
+    assert_one_line(err, "bars.csv", "'high'", "row 2", "11.5", "below open 12.0")
+
+
 def test_negative_volume(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, rows_with(2, "2020-01-03,11,12,10.5,11.5,-3")))

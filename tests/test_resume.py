@@ -234,6 +234,21 @@ def _trained_and_captured() -> tuple[Any, dict[str, torch.Tensor], dict[str, Any
     return trainer, {k: v.clone() for k, v in tensors.items()}, state
 
 
+def test_restore_puts_back_torch_global_random_state() -> None:
+    """foxhunt draws nothing from torch's global generator, but a user's env or wrapper may:
+    a resume must continue its stream where the checkpoint left it."""
+    from foxhunt.trainstate import restore_state
+
+    trainer, tensors, state = _trained_and_captured()
+    try:
+        expected = torch.rand(8)  # the draws the straight run makes next
+        restore_state(trainer, tensors, state)
+        assert torch.equal(torch.get_rng_state(), tensors["rng.torch"])
+        assert torch.equal(torch.rand(8), expected)
+    finally:
+        trainer.close()
+
+
 def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> None:
     """A checkpoint written before a field existed resumes when the run keeps that field's
     default; a non-default value still refuses it."""
