@@ -141,6 +141,18 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert val["bars"] == setup.val_end - setup.train_end
     val_series = pd.read_csv(val["series"], index_col=0, parse_dates=True)
     assert val_series.index[-1] == pd.Timestamp(setup.market.timestamps[setup.val_end])
+    # config.yaml edited to other positions of the same count: the shapes still fit, but each
+    # action would now trade another position than the model learned (once evaluated silently).
+    import yaml
+
+    from foxhunt.errors import ConfigError
+
+    assert json.loads((run_dir / "model.json").read_text())["trading_positions"] == [-1, 0, 1]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config.setdefault("trading", {})["positions"] = [-0.5, 0.0, 0.5]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match=r"positions \[-1.0, 0.0, 1.0\], but config.yaml's"):
+        evaluate_run(run_dir, split="test")
 
 
 def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None:

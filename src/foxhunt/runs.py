@@ -13,7 +13,7 @@ import functools
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -925,9 +925,17 @@ def make_envs(
 
 # --- the final model
 def save_model(
-    run_dir: Path, agent: Any, best_state: dict[str, torch.Tensor] | None = None
+    run_dir: Path,
+    agent: Any,
+    best_state: dict[str, torch.Tensor] | None = None,
+    *,
+    positions: Sequence[float] | None = None,
 ) -> None:
-    """The greedy policy: final (and best-evaluated) online weights in safetensors + JSON meta."""
+    """The greedy policy: final (and best-evaluated) online weights in safetensors + JSON meta.
+
+    ``positions``: a trading run's target positions, the meaning of each action; an evaluation
+    refuses a config.yaml edited to other positions of the same count (same shapes, other
+    trades)."""
     from safetensors.torch import save as st_save
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in agent.online_net.state_dict().items()}
@@ -948,6 +956,8 @@ def save_model(
         "env_interface": agent.env_interface.to_dict(),
         "hyperparameters": agent.hp.to_dict(),
     }
+    if positions is not None:
+        meta["trading_positions"] = [float(p) for p in positions]
     atomic_write_text(run_dir / "model.json", json.dumps(meta, indent=2))
 
 

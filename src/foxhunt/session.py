@@ -167,8 +167,9 @@ def _finished(run_dir: Path, trainer: DQNTrainer) -> bool:
 HALTED_FILE = "halted.json"  # why a health monitor stopped the run (report.py reads it)
 
 
-def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any]) -> None:
-    save_model(run_dir, trainer.agent, best_state=trainer.best_state)
+def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any], spec: RunSpec) -> None:
+    positions = spec.trading_config().positions if spec.is_trading else None
+    save_model(run_dir, trainer.agent, best_state=trainer.best_state, positions=positions)
     summary = {**summary, "health": [e.__dict__ for e in trainer.health.events]}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2, default=float))
     (run_dir / HALTED_FILE).unlink(missing_ok=True)  # a halt that a resume has since got past
@@ -202,7 +203,7 @@ def _train_loop(
         if trainer.logger is not None:
             trainer.logger.close()
         trainer.close()
-    _finish(trainer, run_dir, summary)
+    _finish(trainer, run_dir, summary, spec)
     # Printed with or without the live display: it is where the run went and what it did.
     print_summary({k: v for k, v in summary.items() if not isinstance(v, list)})
     best, last = summary.get("best_eval_return"), summary.get("last_eval_return")
@@ -421,7 +422,7 @@ def _resume(
             )
             trainer.close()
             summary = trainer.summary()
-            _finish(trainer, run_dir, summary)
+            _finish(trainer, run_dir, summary, spec)
             return summary
         if total <= trainer.env_steps:
             if total_steps is None:
@@ -837,7 +838,16 @@ def _model_fits(agent: DQNAgent, run_dir: Path) -> Callable[[Any, str], None]:
     on: a config.yaml edited (or emptied) after training otherwise failed deep in the network
     with a shape error, or acted on the wrong actions."""
 
+    recorded = _trained_positions(run_dir)
+
     def check(env: Any, what: str) -> None:
+        positions = getattr(getattr(env, "config", None), "positions", None)
+        if recorded is not None and positions is not None and recorded != tuple(positions):
+            raise ConfigError(
+                f"{run_dir}: the model (model.json) chooses among the positions "
+                f"{list(recorded)}, but config.yaml's trading.positions are {list(positions)}: "
+                f"was config.yaml changed after training?"
+            )
         shape = tuple(int(d) for d in env.observation_space.shape)
         n = int(getattr(env.action_space, "n", -1))
         if shape != agent.obs_shape or n != agent.n_actions:
@@ -849,6 +859,23 @@ def _model_fits(agent: DQNAgent, run_dir: Path) -> Callable[[Any, str], None]:
             )
 
     return check
+
+
+def _trained_positions(run_dir: Path) -> tuple[float, ...] | None:
+    """The positions model.json says the model was trained to choose among; None for a
+    Gymnasium run, or a model saved before they were recorded."""
+    path = run_dir / "model.json"
+    try:
+        raw = json.loads(path.read_text()).get("trading_positions")
+    except (OSError, ValueError, AttributeError):
+        return None  # the model's own loader has already said what is wrong with the file
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(
+        type(v) in (int, float) and math.isfinite(v) for v in raw
+    ):
+        raise FoxhuntError(f"{path}: trading_positions must be a list of numbers, got: {raw!r:.80}")
+    return tuple(float(v) for v in raw)
 
 
 def check_evaluation_options(
