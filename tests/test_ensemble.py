@@ -170,6 +170,20 @@ def test_disagreement_counts_members_against_the_ensemble_choice():
     np.testing.assert_allclose(ens.disagreement(obs[1], risk_aversion=2.0), [0.5])
 
 
+def test_disagreement_is_against_the_risk_averse_choice_not_the_mean_greedy_one():
+    """Members' own actions [0, 1, 1]: the mean prefers 0, a risk-averse choice 1; members
+    disagree with the action taken (1/3), not with the one the mean alone would take (2/3)."""
+    members = ([2.5, 0.8, -1.0], [0.25, 0.8, -1.0], [0.25, 0.8, -1.0])
+    ens = QEnsemble([constant_member(q) for q in members])
+    obs = np.zeros((1, 3), np.float32)
+    mean, _ = ens.q_values(obs)
+    assert int(mean[0].argmax()) == 0
+    decision = ens.decide(obs, risk_aversion=1.0)
+    assert decision.chosen[0] == 1
+    np.testing.assert_allclose(decision.disagreement, [1 / 3])
+    np.testing.assert_allclose(ens.disagreement(obs), [2 / 3])  # risk-neutral: chose 0
+
+
 def test_fallback_when_the_chosen_actions_std_is_too_high():
     ens = QEnsemble([constant_member(q) for q in RISKY])
     obs = np.zeros(3, np.float32)

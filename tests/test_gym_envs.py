@@ -127,6 +127,39 @@ def test_an_env_instance_is_not_stepped_by_evaluation() -> None:
         trainer.close()
 
 
+class _SeedLog(gym.Wrapper):
+    """Records every reset's seed and every episode's undiscounted return."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.seeds: list[int | None] = []
+        self.returns: list[float] = []
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def, override]
+        self.seeds.append(seed)
+        self.returns.append(0.0)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        out = self.env.step(action)
+        self.returns[-1] += float(out[1])
+        return out
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_evaluate_plays_n_fixed_seed_episodes_and_returns_their_mean(n: int) -> None:
+    log = _SeedLog(gym.make("CartPole-v1"))
+    trainer = DQNTrainer(_hp(seed=4), "CartPole-v1", eval_env=log)
+    try:
+        value = trainer.evaluate(n)
+        assert log.seeds == [4 + 1_000_003 + k for k in range(n)]
+        assert value == pytest.approx(np.mean(log.returns))
+        trainer.evaluate(n)  # the same episodes again: evaluations are comparable
+        assert log.seeds[n:] == log.seeds[:n] and log.returns[n:] == log.returns[:n]
+    finally:
+        trainer.close()
+
+
 def test_actions_of_a_discrete_space_with_a_start_are_offset() -> None:
     from foxhunt.trainer import DQNTrainer
 

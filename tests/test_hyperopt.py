@@ -159,6 +159,29 @@ def test_objective_reports_each_evaluation_and_returns_final_eval() -> None:
     assert 8.0 <= t.value <= 500.0
 
 
+def test_the_trial_value_is_the_final_evaluation_not_the_best_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Evaluations that fall (100, 99, 98, then the final 97): the study must rank the trial by
+    what its final weights score, not by its luckiest evaluation along the way."""
+    from foxhunt.trainer import DQNTrainer
+
+    real = DQNTrainer.evaluate
+    calls: list[float] = []
+
+    def falling(self: DQNTrainer, *args: Any, **kwargs: Any) -> float:
+        real(self, *args, **kwargs)  # the evaluation still runs
+        calls.append(100.0 - len(calls))
+        return calls[-1]
+
+    monkeypatch.setattr(DQNTrainer, "evaluate", falling)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: objective(t, tiny_spec()), n_trials=1)
+    (t,) = study.trials
+    assert t.intermediate_values == {200: 100.0, 400: 99.0, 600: 98.0}
+    assert calls == [100.0, 99.0, 98.0, 97.0] and t.value == 97.0
+
+
 def test_pruner_stops_a_trial_at_its_first_report() -> None:
     spec = tiny_spec()
     # A threshold nobody reaches: the trial must stop at the first evaluation (env step 200).

@@ -526,6 +526,10 @@ def test_split_chronological_tiles_in_order():
     assert joined.equals(df)  # no overlap, no gap, no shuffling
     assert parts.train.index.max() < parts.validation.index.min()
     assert parts.validation.index.max() < parts.test.index.min()
+    # Boundaries at floor(n * train) and floor(n * (train + validation)): 7.5 and 9.0 rows
+    # (flooring the validation share on its own, 1.5, would end it a row early).
+    parts = split_chronological(frame_of(10), train=0.75, validation=0.15)
+    assert (len(parts.train), len(parts.validation), len(parts.test)) == (7, 2, 1)
 
 
 @pytest.mark.parametrize(

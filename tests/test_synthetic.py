@@ -95,6 +95,37 @@ def test_regime_chain_follows_transition_matrix():
     assert counts[0, 2] == 0 and counts[2, 1] == 0  # impossible moves never happen
 
 
+def test_each_bar_moves_with_its_own_regime_and_closes_at_its_path_end():
+    """Nearly noiseless regimes that alternate every bar: each close-to-close log return is
+    the drift of the regime the bar is labelled with (a one-bar lag of the labels, or a close
+    taken before the path's end, would show), starting from the configured regime."""
+    specs = (RegimeSpec("up", 0.05, 1e-9), RegimeSpec("down", -0.03, 1e-9))
+    for first in (0, 1):
+        cfg = SyntheticMarketConfig(
+            regimes=specs, transition=((0.0, 1.0), (1.0, 0.0)), n_bars=40, initial_regime=first
+        )
+        df = generate_market(cfg, seed=1)
+        regime = df["regime"].to_numpy()
+        assert regime[0] == first and (np.diff(regime) != 0).all()
+        moves = np.diff(np.log(np.concatenate([[cfg.start_price], df["close"].to_numpy()])))
+        np.testing.assert_allclose(moves, np.where(regime == 0, 0.05, -0.03), atol=1e-7)
+
+
+def test_mean_reversion_pulls_toward_the_level_at_regime_entry():
+    """A trend, then a mean-reverting regime with no drift that never ends: prices stay at the
+    level where it began, not at the market's start price."""
+    specs = (RegimeSpec("trend", 0.02, 1e-9), RegimeSpec("range", 0.0, 1e-9, mean_reversion=0.5))
+    cfg = SyntheticMarketConfig(
+        regimes=specs, transition=((0.95, 0.05), (0.0, 1.0)), n_bars=400, initial_regime=0
+    )
+    df = generate_market(cfg, seed=0)
+    regime, close = df["regime"].to_numpy(), df["close"].to_numpy()
+    entry = int(np.argmax(regime == 1))
+    assert 5 < entry < 300 and (regime[entry:] == 1).all()
+    np.testing.assert_allclose(close[entry:], close[entry - 1], rtol=1e-6)
+    assert close[entry - 1] > 1.1 * cfg.start_price
+
+
 def test_default_regimes_are_sticky(market):
     cfg = SyntheticMarketConfig()
     durations = cfg.expected_durations

@@ -180,6 +180,20 @@ def test_a_three_bar_test_span_is_the_smallest_accepted(tmp_path):
     assert env.max_steps == 2  # decisions at the test span's first two bars
 
 
+def test_training_evaluates_on_the_validation_span_never_the_test_span(tmp_path):
+    """The evaluations during training pick the best model and score hyperopt trials: they
+    must see the validation bars (after a window of warm-up bars), never a test bar."""
+    from foxhunt.runs import build_spec, make_envs
+
+    path = _bars_csv(tmp_path / "bars.csv", 200)
+    spec = build_spec(data=str(path), overrides={"trading.window": 8})
+    _, eval_env, setup = make_envs(spec)
+    start, stop = setup.bounds("validation")
+    assert stop == setup.bounds("test")[0]
+    seen = np.asarray(eval_env.market.timestamps)
+    np.testing.assert_array_equal(seen, np.asarray(setup.market.timestamps)[start - 7 : stop])
+
+
 # --- 8. the chunked forward-backward equals the textbook one ------------------------------------
 def _reference_e_step(x, means, variances, trans, start):
     """Rabiner's scaled forward-backward, one restart and one bar at a time, with scipy's pdf."""
