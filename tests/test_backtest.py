@@ -320,6 +320,14 @@ def test_warm_up_bars_without_a_regime_estimate_are_not_the_first_regime(tmp_pat
     bt.write_report(tmp_path, [res], title="warm-up")  # the plot greys the warm-up bars
 
 
+def test_a_one_state_detector_always_has_an_estimate():
+    """market.n_regimes=1: probabilities [1.0] on every bar are the estimate, not a warm-up."""
+    market = make_market(n=30, seed=2, n_regimes=1)
+    market.regime_probs[:] = 1.0
+    res = bt.buy_and_hold(market, TradingEnvConfig(window=5))
+    assert (res.detected_regimes == 0).all() and list(res.per_regime) == ["state_0"]
+
+
 def test_regime_accuracy_counts_no_estimate_as_wrong_and_never_matches_it():
     from foxhunt.markets.regimes import regime_accuracy
 
@@ -547,6 +555,11 @@ def test_periods_per_year_is_robust_to_short_files_and_gaps():
     for periods in (8, 183):
         two_day = pd.date_range("2024-01-03", periods=periods, freq="2D").to_numpy()
         assert infer_periods_per_year(two_day) == pytest.approx(365.25 / 2, rel=3e-3)
+    # A few business days across a weekend stay exchange days (their median gap can be 1.5
+    # days, yet two bars are a day apart).
+    for start, periods in (("2021-01-08", 3), ("2021-01-07", 4), ("2021-01-06", 5)):
+        few = pd.bdate_range(start, periods=periods).to_numpy()
+        assert infer_periods_per_year(few) == pytest.approx(365.25 * 5 / 7), (start, periods)
 
 
 def test_metric_functions_refuse_a_meaningless_year_and_survive_huge_growth():

@@ -245,7 +245,7 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
       futures) counts what it trades;
     * data shorter than two whole weeks: the median number of bars per dated day times the
       days traded per year (:func:`_active_weekdays`; exchange holidays cannot be seen);
-    * longer bars, and bars of a day and a half or more in data too short for whole weeks:
+    * longer bars, and bars never closer than a day and a half in data too short for whole weeks:
       intervals / span in years (weekly, monthly bars have no week to read; three weeks of
       2-day bars are not daily bars).
     """
@@ -261,7 +261,8 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     days = ns // _DAY_NS
     weeks, per_week = np.unique((days + 3) // 7, return_counts=True)  # day 0 was a Thursday
     whole = per_week[(weeks > weeks[0]) & (weeks < weeks[-1])]
-    if bar >= 4 * _DAY_NS or (whole.size < 2 and bar >= 1.5 * _DAY_NS):
+    # Bars never a day apart (a weekend gap makes a few business days' median 1.5 days).
+    if bar >= 4 * _DAY_NS or (whole.size < 2 and gaps.min() >= 1.5 * _DAY_NS):
         years = (ns[-1] - ns[0]) / (_YEAR_DAYS * _DAY_NS)
         return float((ts.size - 1) / years)
     if whole.size >= 2:
@@ -648,7 +649,8 @@ def _detected_states(market: MarketArrays) -> np.ndarray:
     probabilities: a rule detector's warm-up rows), which argmax would call state 0."""
     probs = np.asarray(market.regime_probs)
     states = probs.argmax(axis=1).astype(np.int64)
-    states[probs.max(axis=1) <= probs.min(axis=1)] = -1
+    if probs.shape[1] > 1:  # one state (market.n_regimes=1) is always the estimate
+        states[probs.max(axis=1) <= probs.min(axis=1)] = -1
     return states
 
 
