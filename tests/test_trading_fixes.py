@@ -508,3 +508,21 @@ def test_best_weights_asked_of_a_run_without_them_say_what_ran(trained_on_600, t
     out = evaluate_run(run, model="best")
     assert (out["model"], out["model_requested"]) == ("final", "best")
     assert "model_requested" not in evaluate_run(run)
+
+
+@pytest.mark.parametrize(
+    "raw", [[], "abc", [1, "x", 0], [True, False], [float("nan"), 0.0], {"a": 1}, [[0.0, 1.0]]]
+)
+def test_a_malformed_positions_record_in_model_json_is_named(tmp_path, raw):
+    import json
+
+    from foxhunt.errors import FoxhuntError
+    from foxhunt.session import _trained_positions
+
+    (tmp_path / "model.json").write_text(json.dumps({"trading_positions": raw}))
+    with pytest.raises(FoxhuntError, match=r"model.json: trading_positions must be a non-empty"):
+        _trained_positions(tmp_path)
+    (tmp_path / "model.json").write_text(json.dumps({"trading_positions": [0, 1.0]}))
+    assert _trained_positions(tmp_path) == (0.0, 1.0)
+    (tmp_path / "model.json").write_text(json.dumps({"obs_dim": 3}))  # saved before the record
+    assert _trained_positions(tmp_path) is None

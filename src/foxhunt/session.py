@@ -871,10 +871,14 @@ def _trained_positions(run_dir: Path) -> tuple[float, ...] | None:
         return None  # the model's own loader has already said what is wrong with the file
     if raw is None:
         return None
-    if not isinstance(raw, list) or not all(
-        type(v) in (int, float) and math.isfinite(v) for v in raw
+    if (
+        not isinstance(raw, list)
+        or not raw
+        or not all(type(v) in (int, float) and math.isfinite(v) for v in raw)
     ):
-        raise FoxhuntError(f"{path}: trading_positions must be a list of numbers, got: {raw!r:.80}")
+        raise FoxhuntError(
+            f"{path}: trading_positions must be a non-empty list of numbers, got: {raw!r:.80}"
+        )
     return tuple(float(v) for v in raw)
 
 
