@@ -443,6 +443,40 @@ def test_manager_keeps_last_and_points_at_newest(tmp_path: Path) -> None:
     assert path == manager.latest() == tmp_path / "checkpoints" / "step-000000000050"
 
 
+def test_a_save_puts_back_an_old_copy_whose_replace_died_between_its_renames(
+    tmp_path: Path,
+) -> None:
+    """A crash between a replace's two renames leaves the only copy as .old-step-N-<token>:
+    the next save restores it, and never deletes it."""
+    manager = CheckpointManager(tmp_path, keep_last=5)
+    manager.save(_step_tensors(10), {"step": 10}, 10)
+    ckpts = tmp_path / "checkpoints"
+    (ckpts / "step-000000000010").rename(ckpts / f".old-step-000000000010-{'ab' * 16}")
+    manager.save(_step_tensors(20), {"step": 20}, 20)
+    assert sorted(p.name for p in ckpts.iterdir() if not p.name.startswith((".lock",))) == [
+        "latest.json", "step-000000000010", "step-000000000020"
+    ]  # fmt: skip
+    assert [s for s, _ in manager.checkpoints()] == [10, 20]
+
+
+def test_a_failed_atomic_write_leaves_no_temporary_and_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from foxhunt import _io
+
+    target = tmp_path / "summary.json"
+    target.write_text("old")
+
+    def refuse(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device", str(src))
+
+    monkeypatch.setattr(_io.os, "replace", refuse)
+    with pytest.raises(OSError):
+        _io.atomic_write_text(target, "new")
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    assert target.read_text() == "old"
+
+
 def test_manager_never_prunes_latest_nor_newer_steps(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, keep_last=1)
     for step in (5, 6, 7):

@@ -1632,6 +1632,20 @@ def test_time_zone_names_are_read_as_utc(tmp_path, stamps, expected):
     assert list(df.index) == [pd.Timestamp(f"{d} {t}") for d, t in zip(days, expected, strict=True)]
 
 
+def test_half_hour_gmt_offsets_and_1990s_nanosecond_epochs(tmp_path):
+    """Zones of hours and minutes (India's GMT+05:30) and nanosecond epochs before 2001 (below
+    1e18, where a rule by digit count alone would read microseconds)."""
+    df = load_ohlcv(
+        write(tmp_path, bars(['"2024-03-08 09:30 GMT+05:30"', '"2024-03-11 09:30 GMT+05:30"']))
+    )
+    assert list(df.index) == [pd.Timestamp("2024-03-08 04:00"), pd.Timestamp("2024-03-11 04:00")]
+    days = pd.to_datetime(["1995-06-01", "1995-06-02", "1995-06-05"])
+    ns = [str(d.value) for d in days]
+    assert all(int(v) < 10**18 for v in ns)
+    df = load_ohlcv(write(tmp_path, bars(ns)))
+    assert list(df.index) == list(days)
+
+
 def test_a_zone_abbreviation_with_several_meanings_is_refused(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, bars(["2024-01-02 09:30 CST", "2024-01-03 09:30 CST"])))
