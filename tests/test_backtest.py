@@ -317,7 +317,7 @@ def test_warm_up_bars_without_a_regime_estimate_are_not_the_first_regime(tmp_pat
     for k, name in enumerate(market.regime_names):
         assert res.per_regime.get(name, {"bars": 0.0})["bars"] == np.sum(expected == k)
     assert bt.series_frame([res])["detected_regime"].iloc[:15].eq(-1).all()
-    bt.write_report(tmp_path, [res], title="warm-up")  # the plot greys the warm-up bars
+    bt.write_report(tmp_path, [res], title="warm-up")  # the report draws -1 labels too
 
 
 def test_a_one_state_detector_always_has_an_estimate():

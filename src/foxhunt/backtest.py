@@ -246,7 +246,7 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     * data shorter than two whole weeks: the median number of bars per dated day times the
       days traded per year (:func:`_active_weekdays`; exchange holidays cannot be seen);
     * longer bars, and bars never closer than a day and a half in data too short for whole weeks:
-      intervals / span in years (weekly, monthly bars have no week to read; three weeks of
+      intervals / span in years (weekly, monthly bars have no week to read; two weeks of
       2-day bars are not daily bars).
     """
     ts = _utc_datetime64(timestamps)
@@ -383,10 +383,14 @@ def _regime_name(names: Sequence[str], k: int) -> str:
     return names[k] if k < len(names) else f"regime_{k}"
 
 
-def _regime_color(k: int) -> Any:
+def _regime_colors(labels: Any) -> np.ndarray:
+    """RGBA per label in one colormap call (not one per bar); grey where no regime is known."""
     from matplotlib import colormaps
 
-    return (0.6, 0.6, 0.6, 1.0) if k < 0 else colormaps["tab10"](k % 10)
+    k = np.atleast_1d(np.asarray(labels, dtype=np.int64))
+    colors = colormaps["tab10"](k % 10)
+    colors[k < 0] = (0.6, 0.6, 0.6, 1.0)
+    return colors
 
 
 def _wiped_out(metrics: dict[str, float]) -> None:
@@ -778,21 +782,11 @@ def _shade_regimes(ax: Any, x: np.ndarray, labels: np.ndarray, names: Sequence[s
             1,
             where=inside,
             transform=ax.get_xaxis_transform(),
-            color=_regime_color(int(k)),
+            color=_regime_colors(k)[0],
             alpha=0.12,
             linewidth=0,
             label=_regime_name(names, int(k)),
         )
-
-
-def _stripe_colors(regimes: np.ndarray) -> np.ndarray:
-    """RGBA per bar in one colormap call (not one per bar); grey where no regime is known."""
-    from matplotlib import colormaps
-
-    k = np.asarray(regimes, dtype=np.int64)
-    colors = colormaps["tab10"](k % 10)
-    colors[k < 0] = _regime_color(-1)
-    return colors
 
 
 def _plot(results: Sequence[BacktestResult], title: str) -> bytes:
@@ -826,7 +820,7 @@ def _plot(results: Sequence[BacktestResult], title: str) -> bytes:
         ax_reg.scatter(
             main.timestamps,
             np.full(regs.size, row),
-            c=_stripe_colors(regs),
+            c=_regime_colors(regs),
             marker="|",
             s=120,
         )
