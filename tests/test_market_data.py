@@ -1979,3 +1979,116 @@ def test_timestamp_regexes_read_every_whitespace_as_pythons_re_does(storage: str
     assert data._regex_rows(text, plain, full=False).tolist() == [
         bool(plain.search(v)) for v in values
     ]
+
+
+# --------------------------------------------- layouts from a probe with vendors' real files
+def test_two_digit_years_written_first_are_read_year_first(tmp_path, caplog):
+    # yy/mm/dd (Japanese, Korean, Chinese exports): 24/01/02 was read as 24 January 2002.
+    days = pd.bdate_range("2023-11-01", periods=300)
+    for layout in ("%y/%m/%d", "%y-%m-%d", "%y.%m.%d"):
+        rows = [f"{d.strftime(layout)},1,2,0.5,1.5" for d in days]
+        df = load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+        assert list(df.index) == list(days), layout
+    # Two days of minute bars: every value also reads as dd/mm/yy, one bar a minute within
+    # 24 January 2002, then a jump of a year. The steady pace decides.
+    minutes = pd.date_range("2024-01-02 09:30", periods=390, freq="min").append(
+        pd.date_range("2024-01-03 09:30", periods=390, freq="min")
+    )
+    rows = [f"{t:%y/%m/%d %H:%M},1,2,0.5,1.5" for t in minutes]
+    df = load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert list(df.index) == list(minutes)
+    assert "dates read as %y/%m/%d %H:%M, whose spacing is regular" in caplog.text
+    # The year-last layouts still read as before.
+    for layout in ("%d/%m/%y", "%m/%d/%y"):
+        rows = [f"{d.strftime(layout)},1,2,0.5,1.5" for d in days]
+        df = load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+        assert list(df.index) == list(days), layout
+    # Six daily bars read both ways in a steady pace (days, or years on 24 January): warned.
+    caplog.clear()
+    rows = [f"24/01/0{d},1,2,0.5,1.5" for d in range(2, 8)]
+    load_ohlcv(write(tmp_path, "date,open,high,low,close\n" + "\n".join(rows) + "\n"))
+    assert "every value also reads as %y/%m/%d (a two-digit year first or last)" in caplog.text
+
+
+def test_a_repeated_column_name_is_refused_where_it_is_read(tmp_path):
+    # A DataFrame or sheet with repeated labels crashed (AttributeError); a CSV read the first.
+    frame = pd.DataFrame(
+        {"date": pd.date_range("2024-01-02", periods=4), "open": 1.0, "high": 2.0},
+        columns=["date", "open", "high"],
+    ).assign(low=0.5, close=1.5, a=1.0, b=2.0)
+    frame.columns = ["date", "open", "high", "low", "close", "note", "note"]
+    assert load_ohlcv(frame)["close"].tolist() == [1.5] * 4  # unread repeats do not matter
+    for names, repeated in (
+        (["date", "open", "high", "low", "close", "close", "x"], "close"),
+        (["date", "open", "high", "low", "close", "x", "date"], "date"),
+    ):
+        frame.columns = names
+        with pytest.raises(DataError) as err:
+            load_ohlcv(frame)
+        assert_one_line(err, "<DataFrame>", f"names column {repeated!r} twice")
+        pytest.importorskip("openpyxl")
+        frame.to_excel(tmp_path / "sheet.xlsx", index=False)
+        with pytest.raises(DataError) as err:
+            load_ohlcv(tmp_path / "sheet.xlsx")
+        assert_one_line(err, "sheet.xlsx", f"names column {repeated!r} twice")
+    text = "Date,Open,High,Low,Close,Close,Volume\n2024-01-02,1,2,0.5,1.5,1.6,10\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text), min_rows=1)
+    assert_one_line(err, "bars.csv", "names column 'Close' twice")
+
+
+def test_a_date_written_with_its_midnight_takes_the_time_column(tmp_path):
+    text = "Date,Time,Open,High,Low,Close\n" + "".join(
+        f"2024-01-02 00:00:00,{h:02d}:30,1,2,0.5,1.5\n" for h in range(9, 13)
+    )
+    hours = list(pd.date_range("2024-01-02 09:30", periods=4, freq="h"))
+    assert list(load_ohlcv(write(tmp_path, text)).index) == hours
+    frame = pd.DataFrame(
+        {
+            "Date": pd.Series([pd.Timestamp("2024-01-02")] * 4, dtype=object),
+            "Time": pd.to_timedelta([9.5, 10.5, 11.5, 12.5], unit="h"),  # a SQL TIME column
+            "Open": 1.0,
+            "High": 2.0,
+            "Low": 0.5,
+            "Close": 1.5,
+        }
+    )
+    assert list(load_ohlcv(frame).index) == hours
+    # An Excel time cell in General format is a fraction of the day.
+    frame["Time"] = [h / 24 for h in (9.5, 10.5, 11.5, 12.5)]
+    assert list(load_ohlcv(frame).index) == hours
+    # A date holding another time of day is a timestamp itself, as before.
+    with pytest.raises(DataError, match="duplicates row 1"):
+        load_ohlcv(write(tmp_path, text.replace("00:00:00", "10:00:00")))
+
+
+def test_fractional_epoch_seconds_as_text(tmp_path):
+    # In a ';' file every field is read as text: 1711616400.250 was refused there.
+    text = "time;open;high;low;close\n1711616400.250;1;2;0,5;1,5\n1711616460.750;1;2;0,5;1,5\n"
+    assert list(load_ohlcv(write(tmp_path, text)).index) == [
+        pd.Timestamp("2024-03-28 09:00:00.250"),
+        pd.Timestamp("2024-03-28 09:01:00.750"),
+    ]
+    # Dotted year-months stay months.
+    months = "date;open;high;low;close\n2024.01;1;2;0,5;1,5\n2024.02;1;2;0,5;1,5\n"
+    assert load_ohlcv(write(tmp_path, months, "m.csv")).index[1] == pd.Timestamp("2024-02-01")
+
+
+def test_yfinance_csv_grouped_by_ticker(tmp_path):
+    # download(..., group_by="ticker").to_csv(): the Ticker line comes first.
+    text = (
+        "Ticker,AAPL,AAPL,AAPL,AAPL,AAPL\nPrice,Open,High,Low,Close,Volume\nDate,,,,,\n"
+        "2023-01-03,130.28,130.90,124.17,125.07,112117500\n"
+        "2023-01-04,126.89,128.66,125.08,126.36,89113600\n"
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["close"].tolist() == [125.07, 126.36] and df["open"].tolist() == [130.28, 126.89]
+    assert df.index[0] == pd.Timestamp("2023-01-03")
+    two = (
+        "Ticker,AAPL,AAPL,AAPL,AAPL,MSFT,MSFT,MSFT,MSFT\n"
+        "Price,Open,High,Low,Close,Open,High,Low,Close\nDate,,,,,,,,\n"
+        "2023-01-03,1,2,0.5,1.5,1,2,0.5,1.5\n"
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, two, "two.csv"), min_rows=1)
+    assert_one_line(err, "two.csv", "holds 2 tickers (AAPL, MSFT)")

@@ -362,7 +362,8 @@ def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> str | None:
 def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if isinstance(source, pd.DataFrame):
         label = "<DataFrame>"
-        return _typed_decimals(_one_ticker_columns(source.copy(), label)), label
+        frame = _unique_labels(_one_ticker_columns(source.copy(), label))
+        return _typed_decimals(frame), label
     if not isinstance(source, str | Path):
         raise DataError(
             f"<{type(source).__name__}>: expected a file path or a pandas DataFrame, "
@@ -388,7 +389,8 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             frame = _read_excel(path, label)
         elif suffix in (".parquet", ".pq"):
             _require_parquet_engine(label)
-            frame = _typed_decimals(_one_ticker_columns(pd.read_parquet(path), label))
+            frame = _unique_labels(_one_ticker_columns(pd.read_parquet(path), label))
+            frame = _typed_decimals(frame)
             if isinstance(frame.index, pd.MultiIndex):  # (symbol, date): levels become columns
                 frame = frame.reset_index()
         else:
@@ -441,7 +443,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             frame.attrs["delimiter"] = sep
             if commented:
                 frame.attrs["commented_header"] = commented[-1]
-            frame = _yfinance_layout(frame, label)
+            frame = _yfinance_layout(frame, label, head[skip - 1] if 0 < skip <= len(head) else "")
     except DataError:
         raise
     except pd.errors.EmptyDataError:
@@ -458,6 +460,22 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
     ) as exc:
         raise DataError(f"{label}: cannot read file: {first_line(exc)}") from None
     return frame, label
+
+
+def _unique_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """Repeated column labels (``pd.concat(axis=1)``, a sheet with two ``Date`` headers) renamed
+    as pandas' CSV reader renames them (``Date``, ``Date.1``), so that every source reaches the
+    column search alike: a repeat of a column it reads is refused there, others are ignored."""
+    if isinstance(frame.columns, pd.MultiIndex) or frame.columns.is_unique:
+        return frame
+    seen: dict[object, int] = {}
+    labels: list[object] = []
+    for col in frame.columns:
+        count = seen.get(col, 0)
+        seen[col] = count + 1
+        labels.append(col if count == 0 else f"{col}.{count}")
+    frame.columns = labels
+    return frame
 
 
 def _one_ticker_columns(frame: pd.DataFrame, label: str) -> pd.DataFrame:
@@ -581,8 +599,7 @@ def _sheet_frame(raw: pd.DataFrame, label: str) -> pd.DataFrame:
     names = [
         f"column {i + 1}" if pd.isna(v) else str(v).strip() for i, v in enumerate(raw.iloc[skip])
     ]
-    frame = raw.iloc[skip + 1 :].reset_index(drop=True)
-    frame.columns = names
+    frame = _unique_labels(raw.iloc[skip + 1 :].reset_index(drop=True).set_axis(names, axis=1))
     if _headerless(frame, lines[skip]):
         frame = raw.iloc[skip:].reset_index(drop=True)
         frame.columns = _positional_names(frame, label)
@@ -785,22 +802,35 @@ def _delimiter(head: list[str]) -> str:
 _WHITESPACE = r"\s+"  # pandas' regex for space-aligned columns (some broker and terminal exports)
 
 
-def _yfinance_layout(frame: pd.DataFrame, label: str) -> pd.DataFrame:
+def _yfinance_layout(frame: pd.DataFrame, label: str, above: str = "") -> pd.DataFrame:
     """yfinance's ``download(...).to_csv()``: header ``Price,Close,...``, then a ``Ticker`` row
-    and a ``Date`` row. One ticker is read as an ordinary file; several are refused."""
+    and a ``Date`` row; with ``group_by="ticker"`` a ``Ticker,AAPL,...`` line (``above``, the
+    line before the header, skipped as a title) and then ``Price,Open,...`` and a ``Date`` row.
+    One ticker is read as an ordinary file; several are refused."""
     if len(frame) < 2 or len(frame.columns) < 2 or _norm(frame.columns[0]) != "price":
         return frame
     first, second = (_norm(frame.iloc[i, 0]) for i in (0, 1))
-    if first != "ticker" or second not in ("date", "datetime"):
+    if first == "ticker" and second in ("date", "datetime"):
+        tickers = {str(t).strip() for t in frame.iloc[0, 1:] if pd.notna(t) and str(t).strip()}
+        dates_row = 1
+    elif (
+        first in ("date", "datetime")
+        and frame.iloc[0, 1:].isna().all()
+        and (fields := [f.strip().strip('"') for f in re.split(r"[,;\t]", above)])
+        and _norm(fields[0]) == "ticker"
+    ):
+        tickers = {f for f in fields[1:] if f}
+        dates_row = 0
+    else:
         return frame
-    tickers = sorted({str(t).strip() for t in frame.iloc[0, 1:] if pd.notna(t) and str(t).strip()})
     if len(tickers) > 1:
+        ordered = sorted(tickers)
         raise DataError(
-            f"{label}: holds {len(tickers)} tickers ({', '.join(tickers[:5])}); foxhunt trades "
+            f"{label}: holds {len(ordered)} tickers ({', '.join(ordered[:5])}); foxhunt trades "
             "one instrument per file: download or save one ticker at a time"
         )
-    out = frame.iloc[2:].reset_index(drop=True)
-    return out.rename(columns={frame.columns[0]: str(frame.iloc[1, 0]).strip()})
+    out = frame.iloc[dates_row + 1 :].reset_index(drop=True)
+    return out.rename(columns={frame.columns[0]: str(frame.iloc[dates_row, 0]).strip()})
 
 
 # "Open (USD)": a currency as the unit.
@@ -891,6 +921,7 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
                 "header row such as date,open,high,low,close,volume"
             )
         raise DataError(f"{label}: missing column(s) {', '.join(missing)} (found: {seen})")
+    _once(frame, tuple(found.values()), label)
     return found
 
 
@@ -1050,6 +1081,19 @@ def _looks_like_data(name: object) -> bool:
     return bool(re.fullmatch(r"\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}([ T].*)?", text))
 
 
+_MIDNIGHT = r"[ T]+0?0:00(?::00(?:\.0+)?)?$"
+
+
+def _once(frame: pd.DataFrame, cols: tuple[object, ...], label: str) -> None:
+    """Refuse a column read for the bars whose name the header repeats: which one holds the
+    data cannot be known (the reader names a repeat ``Close.1``, as pandas' CSV reader does)."""
+    for col in cols:
+        if f"{col}.1" in frame.columns:
+            raise DataError(
+                f"{label}: the header names column {str(col)!r} twice; keep one (or rename one)"
+            )
+
+
 def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     """The raw timestamp values and the name to report them under."""
     by_norm: dict[str, object] = {}
@@ -1073,19 +1117,36 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
         dcol = by_norm[date_alias]
         dates = frame[dcol].astype(str).str.strip()
+        times = frame[by_norm[time_alias]]
+        if (
+            dates.str.contains(r"\d{1,2}:\d{2}", regex=True).any()
+            and dates.str.contains(_MIDNIGHT, regex=True).all()
+            and (
+                pd.api.types.is_timedelta64_dtype(times.dtype)
+                or pd.api.types.is_float_dtype(times.dtype)
+                or times.astype(str)
+                .str.strip()
+                .str.fullmatch(r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?|\d{1,6}")
+                .all()
+            )
+        ):  # a date written with its midnight (Excel, Timestamp objects) beside the time
+            dates = dates.str.replace(_MIDNIGHT, "", regex=True)
         # Only a column of dates takes a time of day: one that already holds the time (a
         # "date" of 2023-01-02 10:00 beside hour and minute columns) is a timestamp itself.
         if not dates.str.contains(r"\d{1,2}:\d{2}", regex=True).any():
             if time_alias == "minute" and "hour" in by_norm:  # the time is both together
                 hcol, mcol = by_norm["hour"], by_norm["minute"]
+                _once(frame, (dcol, hcol, mcol), label)
                 clock = _two_digits(frame[hcol]) + ":" + _two_digits(frame[mcol])
                 return (dates + " " + clock).reset_index(drop=True), f"{dcol}+{hcol}+{mcol}"
             tcol = by_norm[time_alias]
+            _once(frame, (dcol, tcol), label)
             joined = dates + " " + _clock_times(frame[tcol], label, str(tcol))
             return joined.reset_index(drop=True), f"{dcol}+{tcol}"
     for alias in _TIMESTAMP_ALIASES:
         if alias in by_norm:
             col = by_norm[alias]
+            _once(frame, (col,), label)
             return frame[col].reset_index(drop=True), str(col)
     index = frame.index
     if isinstance(index, pd.DatetimeIndex) or _norm(index.name) in _TIMESTAMP_ALIASES[:-1]:
@@ -1257,7 +1318,24 @@ def _two_digits(values: pd.Series) -> pd.Series:
 def _clock_times(times: pd.Series, label: str, column: str) -> pd.Series:
     """A time-of-day column as HH:MM[:SS] text. Digits only (often read as integers, leading
     zeros lost) are HHMM when every value fits HHMM (930 is 09:30), else HHMMSS (93000); 0-23
-    alone are hours (hourly bars), not the first 24 minutes of a day."""
+    alone are hours (hourly bars), not the first 24 minutes of a day. Durations (a SQL TIME
+    read by pandas) and fractions of a day (an Excel time cell in General format: 0.395833
+    is 09:30) are times since midnight."""
+    if pd.api.types.is_timedelta64_dtype(times.dtype) or (
+        pd.api.types.is_float_dtype(times.dtype)
+        and len(times.dropna())
+        and bool(np.all((times.dropna() >= 0) & (times.dropna() < 1)))
+        and not np.all(times.dropna() == 0)
+    ):
+        since = (
+            times if pd.api.types.is_timedelta64_dtype(times.dtype) else pd.to_timedelta(times, "D")
+        )
+        since = since.dt.round("ms")
+        if not ((since >= pd.Timedelta(0)) & (since < pd.Timedelta(days=1))).all():
+            return times.astype(str).str.strip()  # not a time of day: the join refuses it
+        clock = pd.Timestamp(0) + since
+        fmt = "%H:%M:%S.%f" if (since.dt.microseconds > 0).any() else "%H:%M:%S"
+        return clock.dt.strftime(fmt)
     if pd.api.types.is_float_dtype(times.dtype) and np.all(times.dropna() % 1 == 0):
         times = times.astype("Int64")
     text = times.astype(str).str.strip()
@@ -1405,9 +1483,10 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         parsed = pd.DatetimeIndex(stamps)
     else:
         text = raw.astype(str).str.strip()
-        digits = text.str.fullmatch(r"-?\d+(\.0*)?").to_numpy()
+        # Whole numbers, or fractions of epoch times (1711616400.250; never 2024.01, a month).
+        digits = text.str.fullmatch(r"-?\d+(?:\.0*)?|-?\d{9,}\.\d+").to_numpy()
         if digits.all():
-            # Epoch numbers stored as text (e.g. a string-typed Parquet column).
+            # Epoch numbers stored as text (a string-typed Parquet column, a ';' file).
             return _parse_timestamps(pd.to_numeric(text), label, column)
         if digits.mean() > 0.5 and not text[~digits].str.contains(r"\d[/.\-:]\d").any():
             # Epoch numbers with a stray word ("oops", "n/a"): name that row, not row 1.
@@ -1649,6 +1728,7 @@ def _summer_abbreviations(
 
 # A day-month-year or month-day-year date with a two-digit year (01/02/23, 02-Jan-23).
 _TWO_DIGIT_YEAR = re.compile(r"(\d{1,2}([/.\-])(?:\d{1,2}|[A-Za-z]{3,9})\2)(\d{2})(?=$|[\sT])")
+_YEAR_FIRST = re.compile(r"(\d{2})([/.\-]\d{1,2}[/.\-]\d{1,2})(?=$|[\sT])")
 _NUMERIC_DATE = re.compile(r"\d{1,4}[/.\-]\d{1,2}[/.\-]\d{1,4}")
 _TIME_OF_DAY = re.compile(r"\d{1,2}:\d{2}(:\d{2}([.,]\d+)?)?\s*([AaPp]\.?[Mm]\.?)?")
 # A 12-hour clock after the date (03/05/2020 02:30:00 PM), which pandas infers no format for.
@@ -1684,6 +1764,19 @@ def _four_digit_years(text: pd.Series) -> pd.Series:
         return f"{m.group(1)}{2000 + yy if 2000 + yy <= latest else 1900 + yy}"
 
     return text.str.replace(_TWO_DIGIT_YEAR, widen, n=1, regex=True)
+
+
+def _four_digit_years_first(text: pd.Series) -> pd.Series:
+    """24/01/02 -> 2024/01/02: the year-first reading of two-digit-year dates (yy/mm/dd, as
+    Japanese, Korean and Chinese exports write them), widened as :func:`_four_digit_years` does
+    the year-last one. Both readings then compete on the time order and pace of the bars."""
+    latest = pd.Timestamp.now().year + 1
+
+    def widen(m: re.Match[str]) -> str:
+        yy = int(m.group(1))
+        return f"{2000 + yy if 2000 + yy <= latest else 1900 + yy}{m.group(2)}"
+
+    return text.str.replace(_YEAR_FIRST, widen, n=1, regex=True)
 
 
 def _spacing_spread(stamps: pd.DatetimeIndex) -> float:
@@ -1735,68 +1828,89 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                 return pd.DatetimeIndex(result).tz_localize(None)
             except (ValueError, TypeError, OverflowError):
                 return None
+        variants = [text]
         if _TWO_DIGIT_YEAR.match(str(text.iloc[0])) and text.str.match(_TWO_DIGIT_YEAR).all():
-            text = _four_digit_years(text)
+            if text.str.match(_YEAR_FIRST).all():  # 24/01/02: 2 January 2024 or 24 January 2002
+                variants.append(_four_digit_years_first(text))
+            text = variants[0] = _four_digit_years(text)
         dotted = bool(text.str.match(r"\d{1,2}\.\d{1,2}\.\d{2,4}\b").all())
-        first = str(text.iloc[0])
         formats: list[str] = []
-        for dayfirst in (True, False) if dotted else (False, True):
-            fmt = _guess_format(first, dayfirst)
-            if fmt is not None and not re.search("%[Yy]", fmt):
-                raise DataError(
-                    f"{label}: column {column!r} holds dates without a year (first value "
-                    f"{_fmt(original.iloc[0])}); write the year (2023-01-31)"
-                )
-            year_day_month = fmt is not None and re.match(r"%Y\W?%d", fmt)
-            if fmt is not None and fmt not in formats and not year_day_month:
-                formats.append(fmt)
+        candidates: list[tuple[pd.Series, str]] = []
+        for variant in variants:
+            for dayfirst in (True, False) if dotted else (False, True):
+                fmt = _guess_format(str(variant.iloc[0]), dayfirst)
+                if fmt is not None and not re.search("%[Yy]", fmt):
+                    raise DataError(
+                        f"{label}: column {column!r} holds dates without a year (first value "
+                        f"{_fmt(original.iloc[0])}); write the year (2023-01-31)"
+                    )
+                year_day_month = fmt is not None and re.match(r"%Y\W?%d", fmt)
+                if fmt is not None and not year_day_month:
+                    if variant is text and fmt not in formats:
+                        formats.append(fmt)
+                    if not any(v is variant and f == fmt for v, f in candidates):
+                        candidates.append((variant, fmt))
         readings: list[tuple[str, pd.DatetimeIndex]] = []
-        for fmt in formats:
+        for variant, fmt in candidates:
             try:
-                result = pd.to_datetime(text, utc=True, format=fmt)
+                result = pd.to_datetime(variant, utc=True, format=fmt)
             except (ValueError, TypeError, OverflowError):
                 continue
-            readings.append((fmt, pd.DatetimeIndex(result).tz_localize(None)))
+            # Named as written: a widened two-digit year is %y.
+            name = fmt.replace("%Y", "%y") if len(variants) > 1 or variant is not original else fmt
+            readings.append((name, pd.DatetimeIndex(result).tz_localize(None)))
         if len(readings) > 1:
-            # Day and month are both <= 12 in every row, so both orders read the file. A time
-            # series is in time order: a daily file read in the wrong order jumps back a year
-            # at each month end. Keep the order that is sorted; if both are, say so.
+            year_first = any(name.startswith("%y") for name, _ in readings)
+            why = "a two-digit year first or last" if year_first else "day and month both <= 12"
+            # Day and month are both <= 12 in every row (or a two-digit year can come first or
+            # last), so several orders read the file. A time series is in time order: a daily
+            # file read in the wrong order jumps back a year at each month end. Keep the order
+            # that is sorted; if several are, say so.
             ordered = [
                 r for r in readings if r[1].is_monotonic_increasing or r[1].is_monotonic_decreasing
             ]
             if len(ordered) == 1:
                 return ordered[0][1]
-            if len(ordered) == 2:
-                # Both sorted (bars dated the 1st, or days 1-12 only): bars come at a steady
+            if len(ordered) > 1:
+                # All sorted (bars dated the 1st, or days 1-12 only): bars come at a steady
                 # pace, a wrong reading steps a day at a time and then jumps a month or a year.
                 spread = [_spacing_spread(r[1]) for r in ordered]
                 widest = [_gap_ratio(r[1]) for r in ordered]
                 pick = None
-                if abs(spread[0] - spread[1]) > 0.1:
-                    pick = int(np.argmin(spread))
-                elif max(widest) >= 3 * min(widest) > 0:
+                best = int(np.argmin(spread))
+                if all(s - spread[best] > 0.1 for i, s in enumerate(spread) if i != best):
+                    pick = best
+                else:
                     # Thousands of steady intraday steps hide a few wrong month jumps in the
                     # mean; the largest gap over the usual one shows them (a month against a
                     # weekend).
-                    pick = int(np.argmin(widest))
+                    best = int(np.argmin(widest))
+                    if widest[best] > 0 and all(
+                        w >= 3 * widest[best] for i, w in enumerate(widest) if i != best
+                    ):
+                        pick = best
                 if pick is not None:
                     log.warning(
                         "%s: column %r: dates read as %s, whose spacing is regular; every value "
-                        "also reads as %s (day and month both <= 12), irregularly spaced",
+                        "also reads as %s (%s), irregularly spaced",
                         label,
                         column,
                         ordered[pick][0],
-                        ordered[1 - pick][0],
+                        " or ".join(r[0] for i, r in enumerate(ordered) if i != pick),
+                        why,
                     )
                     return ordered[pick][1]
+            chosen = (ordered or readings)[0]
             log.warning(
-                "%s: column %r: dates read as %s; every value also reads as %s (day and month "
-                "both <= 12): check the dates, or write ISO dates (2023-01-31)",
+                "%s: column %r: dates read as %s; every value also reads as %s (%s): check "
+                "the dates, or write ISO dates (2023-01-31)",
                 label,
                 column,
-                readings[0][0],
-                readings[1][0],
+                chosen[0],
+                " or ".join(r[0] for r in readings if r is not chosen),
+                why,
             )
+            return chosen[1]
         if readings:
             return readings[0][1]
         if formats:
