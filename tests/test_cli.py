@@ -14,10 +14,12 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from _helpers import ForkedCli
 from safetensors.torch import load_file
 
 from foxhunt.cli import build_parser
@@ -42,7 +44,25 @@ TINY = {
 }
 
 
+_server: list[ForkedCli] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    _server.append(ForkedCli(tmp_path_factory.mktemp("cli-io")))
+    yield
+    _server.pop().close()
+
+
 def foxhunt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``foxhunt ARGS`` in its own process: a child forked from a server that imported foxhunt
+    once (tests/_helpers.py), which saves the ~2 s torch import per command. Exit code, stdout
+    and stderr are the console script's; ``real_foxhunt`` starts a fresh interpreter."""
+    res = _server[0](*args, cwd=cwd, timeout=300)
+    return subprocess.CompletedProcess(["foxhunt", *args], res.code, res.stdout, res.stderr)
+
+
+def real_foxhunt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
     return subprocess.run(
         [sys.executable, "-m", "foxhunt.cli", *args],
@@ -169,7 +189,7 @@ def test_report_writes_index_and_plots(run: Path) -> None:
 
 
 def test_train_help_runs_as_a_process(tmp_path: Path) -> None:
-    out = foxhunt("train", "--help", cwd=tmp_path)
+    out = real_foxhunt("train", "--help", cwd=tmp_path)
     assert out.returncode == 0 and out.stderr == ""
     for flag in ("--env", "--data", "--config", "--set", "--total-steps", "--run-dir", "--seed"):
         assert flag in out.stdout
