@@ -750,3 +750,25 @@ def test_sigterm_outside_training_carries_its_signal(monkeypatch: pytest.MonkeyP
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert seen == [signal.SIGTERM]
+
+
+def test_every_option_and_argument_says_what_it_is(tmp_path):
+    # --seed, --trials, --out ... showed nothing under --help.
+    import argparse
+
+    from foxhunt.markets.synthetic import SyntheticMarketConfig
+
+    bare: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif action.help is None:
+                bare.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "foxhunt")
+    assert bare == []
+    synth = foxhunt("data", "synth", "--help", cwd=tmp_path)
+    assert f"(default: {SyntheticMarketConfig().n_bars})" in synth.stdout

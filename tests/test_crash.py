@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from _helpers import TINY_CARTPOLE
 from safetensors.torch import load_file
 
 from foxhunt.checkpoint import CheckpointManager, CheckpointWarning
+from foxhunt.errors import FoxhuntError
 from foxhunt.logging import WALL_CLOCK_COLUMNS
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -429,6 +431,18 @@ def test_an_interrupted_run_is_evaluated_with_its_latest_checkpoint(
     assert agent.optimizer_steps > 0 and agent.predict(obs).shape == (64,)
     out = session.evaluate_run(stopped, episodes=2, model="latest")
     assert out["model"] == "latest" and (stopped / "evaluation_latest.json").is_file()
+
+
+@pytest.mark.parametrize("which", ["final", "best", "latest"])
+def test_loading_a_model_from_no_run_directory_says_so(tmp_path: Path, which: str) -> None:
+    import foxhunt
+
+    # A mistyped path was said to be "a run directory with no trained model".
+    with pytest.raises(FoxhuntError, match=f"^{re.escape(str(tmp_path / 'nothere'))}: run "):
+        foxhunt.load_model(tmp_path / "nothere", which)
+    (tmp_path / "model.json").write_text("{}")
+    with pytest.raises(FoxhuntError, match=r"model\.json: is a file, not a run directory"):
+        foxhunt.load_model(tmp_path / "model.json", which)
 
 
 def test_an_extension_of_an_unfinished_run_is_not_dropped(tmp_path: Path, monkeypatch) -> None:

@@ -379,6 +379,28 @@ def test_evaluate_ensemble_writes_the_backtest_report(trading_ensemble, monkeypa
     assert agent["total_return"] == pytest.approx(flat["total_return"], abs=1e-12)
 
 
+def test_ensemble_evaluate_names_the_flags_a_user_typed(trading_ensemble):
+    from argparse import Namespace
+
+    from foxhunt.cli import cmd_ensemble
+
+    args = Namespace(
+        ensemble_command="evaluate",
+        run_dir=str(trading_ensemble),
+        split="test",
+        risk_aversion=0.0,
+        max_std=0.5,
+        fallback_action=7,
+        data=None,
+        episodes=None,
+    )
+    with pytest.raises(ConfigError, match=r"^--fallback-action must be an action index in 0\.\.2"):
+        cmd_ensemble(args)
+    args.max_std = None
+    with pytest.raises(ConfigError, match=r"^--fallback-action is taken only where .* --max-std"):
+        cmd_ensemble(args)
+
+
 def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
     tmp_path, trading_ensemble, monkeypatch
 ):

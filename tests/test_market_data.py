@@ -2092,3 +2092,53 @@ def test_yfinance_csv_grouped_by_ticker(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, two, "two.csv"), min_rows=1)
     assert_one_line(err, "two.csv", "holds 2 tickers (AAPL, MSFT)")
+
+
+def test_a_column_really_named_like_a_repeat_is_read(tmp_path):
+    # Only a repeated name is refused: a column named 'Close.1' beside 'Close' is not one.
+    text = "Date,Open,High,Low,Close,Close.1,Volume\n2024-01-02,1,2,0.5,1.5,1.6,10\n"
+    assert load_ohlcv(write(tmp_path, text), min_rows=1)["close"].tolist() == [1.5]
+    assert load_ohlcv(pd.read_csv(write(tmp_path, text)), min_rows=1)["close"].tolist() == [1.5]
+    frame = pd.read_csv(write(tmp_path, text)).assign(note=1.0)
+    frame = pd.concat([frame, frame[["note"]], frame[["note"]].add_suffix(".1")], axis=1)
+    assert list(frame.columns[-3:]) == ["note", "note", "note.1"]  # renaming must not collide
+    assert load_ohlcv(frame, min_rows=1)["close"].tolist() == [1.5]
+    repeated = text.replace("Close.1", "Close").replace(",", ";")
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, repeated, "semi.csv"), min_rows=1)
+    assert_one_line(err, "semi.csv", "names column 'Close' twice")
+
+
+def test_one_whole_hour_beside_daily_dates_is_the_hour(tmp_path, caplog):
+    # Daily bars stamped 16 (the close) were read as 00:16.
+    for date in ("2024-01-02", "2024-01-02 00:00:00"):
+        text = "Date,Time,Open,High,Low,Close\n" + "".join(
+            f"{date[:8]}{day}{date[10:]},16,1,2,0.5,1.5\n" for day in ("02", "03", "04")
+        )
+        df = load_ohlcv(write(tmp_path, text))
+        assert list(df.index) == list(pd.date_range("2024-01-02 16:00", periods=3, freq="D"))
+    assert "numbers 0-23 read as hours of the day" in caplog.text
+    midnight = text.replace(",16,", ",0,")
+    assert load_ohlcv(write(tmp_path, midnight)).index[0] == pd.Timestamp("2024-01-02")
+
+
+def test_an_out_of_order_two_digit_year_file_is_not_read_year_first(tmp_path):
+    # An appended stale row leaves dd/mm/yy out of order, while yy/mm/dd reads in order at a
+    # year per row (2010 ... 2017): it was read so, silently.
+    rows = ["10/01/24", "11/01/24", "12/01/24", "15/01/24", "16/01/24", "17/12/23"]
+    text = "Date,Open,High,Low,Close\n" + "".join(f"{r},1,2,0.5,1.5\n" for r in rows)
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "column 'Date' row 6", "earlier than row 5", "strictly increasing")
+    # A real yy/mm/dd file still reads year-first.
+    days = pd.bdate_range("2024-01-02", periods=40)
+    text = "Date,Open,High,Low,Close\n" + "".join(f"{d:%y/%m/%d},1,2,0.5,1.5\n" for d in days)
+    assert list(load_ohlcv(write(tmp_path, text)).index) == list(days)
+
+
+def test_a_compact_timestamp_with_a_fraction_is_no_epoch(tmp_path):
+    # 202401020930.5 was read as milliseconds since 1970 (a date in 1976).
+    text = "time;open;high;low;close\n202401020930.5;1;2;0,5;1,5\n202401020931.5;1;2;0,5;1,5\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "column 'time' row 1", "cannot parse timestamp", "202401020930.5")

@@ -211,3 +211,23 @@ def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
             market, train_end=TRAIN_END, detector="volatility_trend", detector_state=record
         )
         assert kept is None
+
+
+def test_prepare_market_keeps_the_features_named(market, arrays):
+    # As market.features does for `foxhunt train`: a loop of one's own chose no features.
+    names = arrays.feature_names
+    picked = prepare_market(
+        market, train_end=TRAIN_END, detector="none", features=[names[3], names[0]]
+    )
+    assert picked.feature_names == (names[3], names[0])
+    np.testing.assert_array_equal(picked.features, arrays.features[:, [3, 0]])
+    none = prepare_market(market, train_end=TRAIN_END, detector="none", features=())
+    assert none.features.shape == (len(market), 0) and none.feature_names == ()
+    one = prepare_market(market, train_end=TRAIN_END, detector="none", features=names[2])
+    assert one.feature_names == (names[2],)  # a lone name, not its letters
+    with pytest.raises(
+        ConfigError, match=f"features has unknown feature 'nope'; available: {names[0]}"
+    ):
+        prepare_market(market, train_end=TRAIN_END, detector="none", features=["nope"])
+    with pytest.raises(ConfigError, match=f"features names {names[1]!r} more than once"):
+        prepare_market(market, train_end=TRAIN_END, features=[names[1], names[1]])

@@ -150,7 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--run-dir", type=_path("--run-dir"), help="output directory (default: runs/<time>-<env>)"
     )
-    t.add_argument("--seed", type=_seed("--seed"))
+    t.add_argument(
+        "--seed",
+        type=_seed("--seed"),
+        help="seed of the environments, network and replay (default: the configuration's, 0)",
+    )
     t.add_argument(
         "--no-progress",
         action="store_true",
@@ -159,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--force", action="store_true", help="replace an existing run directory")
 
     r = sub.add_parser("resume", help="continue a run exactly from its latest checkpoint")
-    r.add_argument("run_dir")
+    r.add_argument("run_dir", help="the run directory of `foxhunt train`")
     r.add_argument(
         "--total-steps",
         type=_positive_int("--total-steps"),
@@ -177,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(writes RUN_DIR/evaluation.json, or evaluation_best.json / evaluation_latest.json "
         "with --model best / latest)",
     )
-    e.add_argument("run_dir")
+    e.add_argument("run_dir", help="the run directory of `foxhunt train`")
     e.add_argument(
         "--data",
         type=_path("--data"),
@@ -202,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     rep = sub.add_parser("report", help="plot a run's training curves into RUN_DIR/report")
-    rep.add_argument("run_dir")
+    rep.add_argument("run_dir", help="the run directory of `foxhunt train`")
 
     h = sub.add_parser(
         "hyperopt",
@@ -212,7 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
         "included (they only fill the settings the space does not cover).",
     )
     _add_spec_args(h, data_help=f"OHLCV file ({_DATA_KINDS}) for a trading search")
-    h.add_argument("--trials", type=_positive_int("--trials"), default=20)
+    h.add_argument(
+        "--trials",
+        type=_positive_int("--trials"),
+        default=20,
+        help="trials this process runs (each worker on a shared --storage runs its own; "
+        "default 20)",
+    )
     h.add_argument(
         "--storage",
         help="Optuna storage shared by every worker: sqlite:///study.db, a database URL, "
@@ -223,11 +233,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seed("--sampler-seed"),
         help="TPE sampler seed (give each parallel worker its own, or none)",
     )
-    h.add_argument("--study-name", default="foxhunt")
+    h.add_argument(
+        "--study-name",
+        default="foxhunt",
+        help="the study's name in --storage (workers sharing one search give the same)",
+    )
     h.add_argument(
         "--run-dir", type=_path("--run-dir"), help="where to write the best configuration"
     )
-    h.add_argument("--seed", type=_seed("--seed"))
+    h.add_argument(
+        "--seed",
+        type=_seed("--seed"),
+        help="run seed: each trial's seed derives from it and the trial number (default: 0)",
+    )
     h.add_argument(
         "--force", action="store_true", help="replace another search's results in --run-dir"
     )
@@ -235,9 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="market data tools")
     dsub = d.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
     s = dsub.add_parser("synth", help="write the synthetic regime-switching market to a CSV file")
-    s.add_argument("--out", type=_path("--out"), required=True)
-    s.add_argument("--seed", type=_seed("--seed"), default=0)
-    s.add_argument("--bars", type=_positive_int("--bars"))  # >= 2: see cmd_data
+    s.add_argument("--out", type=_path("--out"), required=True, help="CSV file to write")
+    s.add_argument(
+        "--seed", type=_seed("--seed"), default=0, help="seed of the market (default: 0)"
+    )
+    s.add_argument(  # >= 2: see cmd_data
+        "--bars", type=_positive_int("--bars"), help="number of bars (default: 6000)"
+    )
     s.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     ens = sub.add_parser(
         "ensemble", help="train and evaluate ensembles of independently seeded agents"
@@ -266,12 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     er = esub.add_parser(
         "resume", help="finish an ensemble whose training stopped part way (members kept)"
     )
-    er.add_argument("run_dir")
+    er.add_argument("run_dir", help="the run directory of `foxhunt ensemble train`")
     er.add_argument("--no-progress", action="store_true", help="no live progress display")
     ee = esub.add_parser(
         "evaluate", help="backtest (trading) or score (Gymnasium) an ensemble run directory"
     )
-    ee.add_argument("run_dir")
+    ee.add_argument("run_dir", help="the run directory of `foxhunt ensemble train`")
     ee.add_argument(
         "--data",
         type=_path("--data"),
@@ -561,15 +583,24 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
         print(f"foxhunt: ensemble of {len(paths)} members written to {run_dir}")
         return 0
     if args.ensemble_command == "evaluate":
-        out = evaluate_ensemble(
-            Path(args.run_dir),
-            split=args.split,
-            risk_aversion=args.risk_aversion,
-            max_std=args.max_std,
-            fallback_action=args.fallback_action,
-            data=args.data,
-            episodes=args.episodes,
-        )
+        try:
+            out = evaluate_ensemble(
+                Path(args.run_dir),
+                split=args.split,
+                risk_aversion=args.risk_aversion,
+                max_std=args.max_std,
+                fallback_action=args.fallback_action,
+                data=args.data,
+                episodes=args.episodes,
+            )
+        except ConfigError as exc:  # the library names its arguments; a user typed flags
+            raise ConfigError(
+                re.sub(
+                    r"\b(max_std|fallback_action|risk_aversion)\b",
+                    lambda m: "--" + m[1].replace("_", "-"),
+                    str(exc),
+                )
+            ) from None
         print(_json(out))
         return 0
     if args.members < 2:

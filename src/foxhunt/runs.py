@@ -504,7 +504,7 @@ def build_trading(
     (acting on new bars), which refuses it. ``frame``: the bars ``market.data`` will hold, not
     yet written (a walk-forward fold checked before any fold is written).
     """
-    from foxhunt.markets.pipeline import prepare_market_with_detector
+    from foxhunt.markets.pipeline import prepare_market_with_detector, select_features
 
     m = spec.market
     config = spec.trading_config()
@@ -586,7 +586,7 @@ def build_trading(
     if fitted is not None:
         record["detector"] = fitted
     if m.features is not None:
-        market = select_features(market, m.features)
+        market = select_features(market, m.features, field="market.features")
     return TradingSetup(
         market=market, train_end=train_end, val_end=val_end, config=config, data_record=record
     )
@@ -875,23 +875,6 @@ def check_split_sizes(
         )
 
 
-def select_features(market: Any, names: tuple[str, ...]) -> Any:
-    """Keep only the named feature columns (errors list what is available)."""
-    import dataclasses
-
-    available = list(market.feature_names)
-    unknown = [n for n in names if n not in available]
-    if unknown:
-        raise ConfigError(
-            f"market.features has unknown feature {unknown[0]!r}; available: {', '.join(available)}"
-        )
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ConfigError(f"market.features names {repeated[0]!r} more than once: list it once")
-    idx = [available.index(n) for n in names]
-    return dataclasses.replace(market, features=market.features[:, idx], feature_names=tuple(names))
-
-
 def make_envs(
     spec: RunSpec, *, recorded: dict[str, Any] | None = None
 ) -> tuple[Any, Any, TradingSetup | None]:
@@ -1031,6 +1014,9 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
 
     if which not in ("best", "final", "latest"):
         raise ConfigError(f"model must be 'best', 'final' or 'latest', got: {which!r}")
+    if not run_dir.is_dir():
+        what = "is a file, not a run directory" if run_dir.exists() else "run directory not found"
+        raise FoxhuntError(f"{run_dir}: {what}")
     if which == "latest":
         from foxhunt.session import checkpoint_agent
 

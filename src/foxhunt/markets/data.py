@@ -441,6 +441,8 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             if len(frame) and not filled[-1]:
                 frame = frame.iloc[: int(np.flatnonzero(filled)[-1]) + 1 if filled.any() else 0]
             frame.attrs["delimiter"] = sep
+            if not frame.attrs.get("positional") and skip < len(head):
+                frame.attrs["repeated"] = _repeated_header_names(head[skip], sep)
             if commented:
                 frame.attrs["commented_header"] = commented[-1]
             frame = _yfinance_layout(frame, label, head[skip - 1] if 0 < skip <= len(head) else "")
@@ -470,12 +472,31 @@ def _unique_labels(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     seen: dict[object, int] = {}
     labels: list[object] = []
+    taken = set(frame.columns)
     for col in frame.columns:
         count = seen.get(col, 0)
         seen[col] = count + 1
-        labels.append(col if count == 0 else f"{col}.{count}")
+        label = col
+        while count and label in taken:  # x, x, x.1: the second x becomes x.2
+            label, count = f"{col}.{count}", count + 1
+        taken.add(label)
+        labels.append(label)
     frame.columns = labels
+    frame.attrs["repeated"] = [col for col, count in seen.items() if count > 1]
     return frame
+
+
+def _repeated_header_names(line: str, sep: str) -> list[str]:
+    """The names a CSV header line writes more than once (pandas reads the second ``Close`` as
+    ``Close.1``, indistinguishable from a column really named ``Close.1``)."""
+    if len(sep) != 1:  # a pattern: r"\s+" for space-aligned columns
+        names = re.split(sep, line.strip())
+    else:
+        try:
+            names = next(csv.reader([line], delimiter=sep, skipinitialspace=True), [])
+        except csv.Error:
+            return []
+    return sorted({n for n in names if names.count(n) > 1})
 
 
 def _one_ticker_columns(frame: pd.DataFrame, label: str) -> pd.DataFrame:
@@ -1086,9 +1107,11 @@ _MIDNIGHT = r"[ T]+0?0:00(?::00(?:\.0+)?)?$"
 
 def _once(frame: pd.DataFrame, cols: tuple[object, ...], label: str) -> None:
     """Refuse a column read for the bars whose name the header repeats: which one holds the
-    data cannot be known (the reader names a repeat ``Close.1``, as pandas' CSV reader does)."""
+    data cannot be known. (The readers name a repeat ``Close.1``, as pandas' CSV reader does,
+    and record the repeated names: a column really named ``Close.1`` is no repeat.)"""
+    repeated = frame.attrs.get("repeated", ())
     for col in cols:
-        if f"{col}.1" in frame.columns:
+        if col in repeated:
             raise DataError(
                 f"{label}: the header names column {str(col)!r} twice; keep one (or rename one)"
             )
@@ -1318,7 +1341,8 @@ def _two_digits(values: pd.Series) -> pd.Series:
 def _clock_times(times: pd.Series, label: str, column: str) -> pd.Series:
     """A time-of-day column as HH:MM[:SS] text. Digits only (often read as integers, leading
     zeros lost) are HHMM when every value fits HHMM (930 is 09:30), else HHMMSS (93000); 0-23
-    alone are hours (hourly bars), not the first 24 minutes of a day. Durations (a SQL TIME
+    alone are hours (hourly bars, or daily bars stamped 16 for the close), not minutes after
+    midnight. Durations (a SQL TIME
     read by pandas) and fractions of a day (an Excel time cell in General format: 0.395833
     is 09:30) are times since midnight."""
     if pd.api.types.is_timedelta64_dtype(times.dtype) or (
@@ -1342,7 +1366,7 @@ def _clock_times(times: pd.Series, label: str, column: str) -> pd.Series:
     if not text.str.fullmatch(r"\d{1,6}").all():
         return text
     digits = text.astype(np.int64)
-    if (digits <= 23).all() and digits.nunique() > 1:
+    if (digits <= 23).all() and (digits > 0).any():
         log.warning("%s: column %r: numbers 0-23 read as hours of the day", label, column)
         return text.str.zfill(2) + ":00"
     hhmm = bool(((digits // 100 <= 23) & (digits % 100 <= 59)).all())
@@ -1483,8 +1507,9 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         parsed = pd.DatetimeIndex(stamps)
     else:
         text = raw.astype(str).str.strip()
-        # Whole numbers, or fractions of epoch times (1711616400.250; never 2024.01, a month).
-        digits = text.str.fullmatch(r"-?\d+(?:\.0*)?|-?\d{9,}\.\d+").to_numpy()
+        # Whole numbers, or fractions of epoch seconds (1711616400.250; never 2024.01, a month,
+        # nor 202401020930.5).
+        digits = text.str.fullmatch(r"-?\d+(?:\.0*)?|-?\d{9,10}\.\d+").to_numpy()
         if digits.all():
             # Epoch numbers stored as text (a string-typed Parquet column, a ';' file).
             return _parse_timestamps(pd.to_numeric(text), label, column)
@@ -1790,6 +1815,12 @@ def _spacing_spread(stamps: pd.DatetimeIndex) -> float:
     return float(np.mean(np.abs(np.log(gaps / np.median(gaps)))))
 
 
+def _median_step(stamps: pd.DatetimeIndex) -> float:
+    """The usual time between neighbouring rows, in either direction (ns)."""
+    steps = np.abs(np.diff(stamps.asi8)).astype(np.float64)
+    return float(np.median(steps)) if len(steps) else 0.0
+
+
 def _gap_ratio(stamps: pd.DatetimeIndex) -> float:
     """The largest step between bars over the median step (1 for a steady pace; 0 when there
     are no steps)."""
@@ -1870,7 +1901,13 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                 r for r in readings if r[1].is_monotonic_increasing or r[1].is_monotonic_decreasing
             ]
             if len(ordered) == 1:
-                return ordered[0][1]
+                # In time order, unless only at an absurd pace: an out-of-order dd/mm/yy file
+                # can read sorted as yy/mm/dd, a year per row where the others step a day. Then
+                # the bars are out of order, and the closest-paced reading goes on to be
+                # refused as such.
+                pace = _median_step(ordered[0][1])
+                closer = [r for r in readings if 20 * _median_step(r[1]) < pace]
+                return (closer or ordered)[0][1]
             if len(ordered) > 1:
                 # All sorted (bars dated the 1st, or days 1-12 only): bars come at a steady
                 # pace, a wrong reading steps a day at a time and then jumps a month or a year.

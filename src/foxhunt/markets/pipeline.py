@@ -8,10 +8,11 @@ leading rows of running it on the whole frame: nothing after a bar influences th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,7 @@ def prepare_market(
     detector: str = "hmm",
     n_regimes: int = 4,
     seed: int = 0,
+    features: Sequence[str] | None = None,
 ) -> MarketArrays:
     """Build the arrays an environment and a backtest consume, without look-ahead.
 
@@ -82,10 +84,35 @@ def prepare_market(
     ``true_regimes``). Features are normalised with statistics of rows ``[:train_end]``; the
     detector (``"hmm"``, ``"volatility_trend"``, ``"oracle"`` or ``"none"``) is fitted on the
     same rows and filtered over all rows. Warm-up rows have zero features (see ``features.py``).
+    ``features`` keeps the named columns of ``feature_names`` in that order (default: all; ``()``
+    none, the observation then being the regime estimate and the position), as
+    ``market.features`` does for ``foxhunt train``.
     """
-    return prepare_market_with_detector(
+    market = prepare_market_with_detector(
         df, train_end=train_end, detector=detector, n_regimes=n_regimes, seed=seed
     )[0]
+    return market if features is None else select_features(market, features)
+
+
+def select_features(
+    market: MarketArrays, names: Sequence[str], *, field: str = "features"
+) -> MarketArrays:
+    """Keep only the named feature columns, in the order named (errors list what is available
+    and name ``field``, the setting the names came from)."""
+    if isinstance(names, str):  # "ret_1" would read as five one-letter names
+        names = (names,)
+    names = tuple(names)
+    available = list(market.feature_names)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ConfigError(
+            f"{field} has unknown feature {unknown[0]!r}; available: {', '.join(available)}"
+        )
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"{field} names {repeated[0]!r} more than once: list it once")
+    idx = [available.index(n) for n in names]
+    return dataclasses.replace(market, features=market.features[:, idx], feature_names=names)
 
 
 # Bumped whenever the HMM fit changes: a detector kept by an older version is then refitted.
