@@ -2060,6 +2060,14 @@ def test_a_date_written_with_its_midnight_takes_the_time_column(tmp_path):
     # A date holding another time of day is a timestamp itself, as before.
     with pytest.raises(DataError, match="duplicates row 1"):
         load_ohlcv(write(tmp_path, text.replace("00:00:00", "10:00:00")))
+    # Midnight as ISO with a zero offset and as .NET writes it; a 12-hour time beside it.
+    for midnight in ("2024-01-02T00:00:00Z", "2024-01-02 00:00:00+00:00", "1/2/2024 12:00:00 AM"):
+        written = text.replace("2024-01-02 00:00:00", midnight)
+        assert list(load_ohlcv(write(tmp_path, written)).index) == hours, midnight
+        twelve = written.replace("09:30", "9:30 AM").replace("12:30", "12:30 PM")
+        for clock in ("10:30", "11:30"):
+            twelve = twelve.replace(clock, f"{clock} AM")
+        assert list(load_ohlcv(write(tmp_path, twelve)).index) == hours, midnight
 
 
 def test_fractional_epoch_seconds_as_text(tmp_path):
@@ -2130,6 +2138,15 @@ def test_an_out_of_order_two_digit_year_file_is_not_read_year_first(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, text))
     assert_one_line(err, "column 'Date' row 6", "earlier than row 5", "strictly increasing")
+    # Sorted day-month files are read in their sorted order, however the other order paces
+    # them: monthly bars dated the 1st (January's the 2nd) step a day when read month-first.
+    for fmt in ("%d/%m/%Y", "%m/%d/%Y", "%d/%m/%y"):
+        months = [pd.Timestamp(2023, m, 2 if m == 1 else 1) for m in range(1, 13)]
+        months.append(pd.Timestamp("2024-01-02"))
+        text = "Date,Open,High,Low,Close\n" + "".join(
+            f"{d.strftime(fmt)},1,2,0.5,1.5\n" for d in months
+        )
+        assert list(load_ohlcv(write(tmp_path, text)).index) == months, fmt
     # A real yy/mm/dd file still reads year-first.
     days = pd.bdate_range("2024-01-02", periods=40)
     text = "Date,Open,High,Low,Close\n" + "".join(f"{d:%y/%m/%d},1,2,0.5,1.5\n" for d in days)
@@ -2142,3 +2159,17 @@ def test_a_compact_timestamp_with_a_fraction_is_no_epoch(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, text))
     assert_one_line(err, "column 'time' row 1", "cannot parse timestamp", "202401020930.5")
+    # Fractions of epoch milliseconds and microseconds are still epochs.
+    for value in ("1711616400000.5", "1711616400000500.5"):
+        epoch = f"time;open;high;low;close\n{value};1;2;0,5;1,5\n"
+        stamp = load_ohlcv(write(tmp_path, epoch), min_rows=1).index[0]
+        assert stamp == pd.Timestamp("2024-03-28 09:00:00.000500")
+
+
+def test_unpadded_two_digit_years_first(tmp_path):
+    # 24/1/2 (yy/m/d): only the year can come first; it was refused.
+    days = pd.bdate_range("2024-01-02", periods=30)
+    text = "Date,Open,High,Low,Close\n" + "".join(
+        f"{d.year % 100}/{d.month}/{d.day},1,2,0.5,1.5\n" for d in days
+    )
+    assert list(load_ohlcv(write(tmp_path, text)).index) == list(days)

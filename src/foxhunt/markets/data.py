@@ -1102,7 +1102,11 @@ def _looks_like_data(name: object) -> bool:
     return bool(re.fullmatch(r"\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}([ T].*)?", text))
 
 
-_MIDNIGHT = r"[ T]+0?0:00(?::00(?:\.0+)?)?$"
+# Midnight after a date, as spreadsheets, pandas and .NET write it (00:00:00, T00:00:00Z, a zero
+# UTC offset, 12:00:00 AM).
+_MIDNIGHT = (
+    r"(?:[ T]+0?0:00(?::00(?:\.0+)?)?\s?(?:Z|[+-]00:?00)?|\s+12:00(?::00)?\s*[Aa]\.?[Mm]\.?)$"
+)
 
 
 def _once(frame: pd.DataFrame, cols: tuple[object, ...], label: str) -> None:
@@ -1149,7 +1153,9 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
                 or pd.api.types.is_float_dtype(times.dtype)
                 or times.astype(str)
                 .str.strip()
-                .str.fullmatch(r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?|\d{1,6}")
+                .str.fullmatch(
+                    r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:\s*[AaPp]\.?[Mm]\.?)?|\d{1,6}"
+                )
                 .all()
             )
         ):  # a date written with its midnight (Excel, Timestamp objects) beside the time
@@ -1507,9 +1513,10 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         parsed = pd.DatetimeIndex(stamps)
     else:
         text = raw.astype(str).str.strip()
-        # Whole numbers, or fractions of epoch seconds (1711616400.250; never 2024.01, a month,
-        # nor 202401020930.5).
-        digits = text.str.fullmatch(r"-?\d+(?:\.0*)?|-?\d{9,10}\.\d+").to_numpy()
+        # Whole numbers, or fractions of epoch times as long as seconds, ms, us or ns since 2001
+        # are written (1711616400.250; never 2024.01, a month, nor 202401020930.5).
+        digits = text.str.fullmatch(r"-?\d+(?:\.0*)?|-?(?:\d{9,10}|\d{13}|\d{16}|\d{19})\.\d+")
+        digits = digits.to_numpy()
         if digits.all():
             # Epoch numbers stored as text (a string-typed Parquet column, a ';' file).
             return _parse_timestamps(pd.to_numeric(text), label, column)
@@ -1571,7 +1578,9 @@ def _regex_rows(text: pd.Series, pattern: re.Pattern[str], *, full: bool) -> np.
     pat = pattern.pattern
     search = text.str.fullmatch if full else text.str.contains
     if "\\s" not in pat or not _arrow_backed(text) or re.search(r"\[[^\]]*\\s", pat):
-        return np.asarray(search(pattern), dtype=bool)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "has match groups", as below
+            return np.asarray(search(pattern), dtype=bool)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "has match groups": only whether it matches counts
         surely = np.array(search(pat.replace("\\s", "[ ]")), dtype=bool)
@@ -1860,10 +1869,15 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
             except (ValueError, TypeError, OverflowError):
                 return None
         variants = [text]
+        year_first = bool(
+            _YEAR_FIRST.match(str(text.iloc[0])) and text.str.match(_YEAR_FIRST).all()
+        )
         if _TWO_DIGIT_YEAR.match(str(text.iloc[0])) and text.str.match(_TWO_DIGIT_YEAR).all():
-            if text.str.match(_YEAR_FIRST).all():  # 24/01/02: 2 January 2024 or 24 January 2002
+            if year_first:  # 24/01/02: 2 January 2024 or 24 January 2002
                 variants.append(_four_digit_years_first(text))
             text = variants[0] = _four_digit_years(text)
+        elif year_first:  # 24/1/2: only the year can be first
+            text = variants[0] = _four_digit_years_first(text)
         dotted = bool(text.str.match(r"\d{1,2}\.\d{1,2}\.\d{2,4}\b").all())
         formats: list[str] = []
         candidates: list[tuple[pd.Series, str]] = []
@@ -1901,13 +1915,23 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                 r for r in readings if r[1].is_monotonic_increasing or r[1].is_monotonic_decreasing
             ]
             if len(ordered) == 1:
-                # In time order, unless only at an absurd pace: an out-of-order dd/mm/yy file
-                # can read sorted as yy/mm/dd, a year per row where the others step a day. Then
-                # the bars are out of order, and the closest-paced reading goes on to be
-                # refused as such.
-                pace = _median_step(ordered[0][1])
-                closer = [r for r in readings if 20 * _median_step(r[1]) < pace]
-                return (closer or ordered)[0][1]
+                # In time order, unless read year-first at an absurd pace: an out-of-order
+                # dd/mm/yy file can read sorted as yy/mm/dd, a year per row where the year-last
+                # readings step a day. Then the bars are out of order, and the closest-paced
+                # year-last reading goes on to be refused as such. (Day-month readings are not
+                # so judged: monthly bars dated the 1st, January's the 2nd, step a day in the
+                # wrong order and a month in the right one.)
+                name, sorted_reading = ordered[0]
+                if name.startswith("%y"):
+                    pace = _median_step(sorted_reading)
+                    closer = [
+                        r
+                        for r in readings
+                        if not r[0].startswith("%y") and 20 * _median_step(r[1]) < pace
+                    ]
+                    if closer:
+                        return min(closer, key=lambda r: _median_step(r[1]))[1]
+                return sorted_reading
             if len(ordered) > 1:
                 # All sorted (bars dated the 1st, or days 1-12 only): bars come at a steady
                 # pace, a wrong reading steps a day at a time and then jumps a month or a year.
