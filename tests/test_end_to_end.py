@@ -195,6 +195,13 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None
     assert again["bars"] == grown["bars"]  # the spans stay as trained, not split again
     assert "bars of the run's data" in caplog.text and "differ from when it trained" in caplog.text
     assert "in-sample" not in caplog.text  # the grown data's test span is after the trained bars
+    assert "bar frequency" not in caplog.text  # days, as trained
+    # The same bars an hour apart: a daily model backtested on hourly bars is said to be.
+    hourly = frame.assign(timestamp=pd.date_range("2030-01-01", periods=len(frame), freq="h"))
+    hourly.to_csv(tmp_path / "hourly.csv", index=False)
+    foxhunt.evaluate_run(tmp_path / "run", data=tmp_path / "hourly.csv", split="test")
+    assert "trained on about 365 a year" in caplog.text
+    assert "trained on one bar frequency is backtested on another" in caplog.text
     # A file cut within the run's training span is split anew: its "test" span holds bars the
     # run trained on, which was reported as out of sample without a word.
     frame.iloc[:400].to_csv(tmp_path / "cut.csv", index=False)

@@ -2173,3 +2173,23 @@ def test_unpadded_two_digit_years_first(tmp_path):
         f"{d.year % 100}/{d.month}/{d.day},1,2,0.5,1.5\n" for d in days
     )
     assert list(load_ohlcv(write(tmp_path, text)).index) == list(days)
+
+
+def test_a_loaded_frame_passed_back_is_checked_but_not_warned_about_again(tmp_path, caplog):
+    # evaluate --data loads the file, then prepares the frame: each warning came twice.
+    text = "Date,Open,High,Low,Close,Volume\n2099-01-02,1,2,0.5,1.5,9\n2099-01-03,1,2,0.5,1.5,9\n"
+    df = load_ohlcv(write(tmp_path, text))
+    assert caplog.text.count("dated after today") == 1
+    caplog.clear()
+    again = load_ohlcv(df)
+    pd.testing.assert_frame_equal(again, df)
+    assert caplog.text == ""
+    broken = df.copy()
+    broken.iloc[1, broken.columns.get_loc("high")] = 0.1  # still checked
+    with pytest.raises(DataError, match="high"):
+        load_ohlcv(broken)
+    # A frame of one's own is warned about as ever.
+    own = pd.DataFrame(df.to_dict("list"), index=df.index)
+    assert not own.attrs
+    load_ohlcv(own)
+    assert "dated after today" in caplog.text

@@ -176,8 +176,11 @@ def test_detectors_refuse_a_training_span_without_price_movement(market):
     steady = market.iloc[:300].copy()
     steady["close"] = steady["open"] = 100.0 * 1.0002 ** np.arange(300)
     steady["high"], steady["low"] = steady["close"] * 1.001, steady["close"] / 1.001
-    with pytest.raises(DataError, match="HMM observations, each bar's log return and recent"):
+    # Prices that move at one steady rate are not said to "barely move".
+    with pytest.raises(DataError, match=r"bars do not vary \(its \d+ HMM observations, each"):
         GaussianHMMDetector(4).fit(steady)
+    with pytest.raises(DataError, match=r"trend does not vary .* moving at one steady rate"):
+        VolatilityTrendDetector().fit(steady)
     probs = GaussianHMMDetector(1).fit(steady).predict_proba(steady)  # one state: nothing to tell
     assert np.allclose(probs, 1.0)
 

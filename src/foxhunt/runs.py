@@ -562,11 +562,15 @@ def build_trading(
         check_split_sizes(n, train_end, val_end, m, config.window, source)
     # The last bar training or model selection saw: a backtest of another file on bars up to
     # it is in-sample (see session.backtest_run).
+    from foxhunt.backtest import infer_periods_per_year
+
     record = {
         **identity,
         "train_end": train_end,
         "val_end": val_end,
         "validated_last": str(df.index[val_end - 1]),
+        # The bar frequency trained on: a backtest on bars of another says so.
+        "periods_per_year": round(infer_periods_per_year(df.index), 1),
     }
     try:
         market, fitted = prepare_market_with_detector(

@@ -967,6 +967,23 @@ def _warn_in_sample(
         )
 
 
+def _warn_other_frequency(ppy: float, recorded: dict[str, Any], data: str, run_dir: Path) -> None:
+    """Say so when a backtest's bars come at another pace than the bars the run trained on
+    (minute bars for a daily model): its features and regimes then mean something else."""
+    trained = recorded.get("periods_per_year")
+    if isinstance(trained, bool) or not isinstance(trained, int | float) or not trained > 0:
+        return  # a record from before it was kept
+    if not 0.5 <= ppy / trained <= 2.0:
+        log.warning(
+            "%s: its bars come about %s a year, those %s trained on about %s a year: a model "
+            "trained on one bar frequency is backtested on another",
+            data,
+            f"{ppy:,.0f}",
+            run_dir,
+            f"{trained:,.0f}",
+        )
+
+
 def backtest_run(
     run_dir: Path,
     spec: RunSpec,
@@ -1002,6 +1019,8 @@ def backtest_run(
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
     ppy = bt.infer_periods_per_year(setup.market.timestamps)
+    if data is not None and recorded is not None:
+        _warn_other_frequency(ppy, recorded, data, run_dir)
     agent_res = bt.run_policy(span, act, config, "agent", periods_per_year=ppy)
     results = [
         agent_res,

@@ -1257,7 +1257,7 @@ def _leading_unit_rows(
 
 @contextlib.contextmanager
 def _silenced() -> Iterator[None]:
-    """This module's warnings held back, for a parse that only probes."""
+    """This module's warnings held back, for a parse that only probes (or repeats)."""
     was = log.disabled
     log.disabled = True
     try:
@@ -2157,6 +2157,19 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     """
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise ConfigError(f"min_rows must be a positive integer, got {min_rows!r}")
+    # A frame this function returned, passed back in (evaluate --data, prepare_market on a
+    # loaded file), is checked again but not warned about twice.
+    again = isinstance(source, pd.DataFrame) and source.attrs.get(_VALIDATED) is True
+    with _silenced() if again else contextlib.nullcontext():
+        out = _load_ohlcv(source, min_rows)
+    out.attrs[_VALIDATED] = True
+    return out
+
+
+_VALIDATED = "foxhunt_validated"
+
+
+def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFrame:
     frame, label = _read_source(source)
     _one_instrument(frame, label)
     found = _find_columns(frame, label)

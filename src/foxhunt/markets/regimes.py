@@ -158,9 +158,10 @@ class VolatilityTrendDetector:
         lo, hi = np.quantile(trend[calm], self.trend_quantiles)
         if lo >= hi:
             raise DataError(
-                f"<DataFrame>: the training span's prices barely move (trend thresholds "
-                f"{lo:.3g} .. {hi:.3g} over its {int(calm.sum())} calm moving bars): the "
-                "volatility/trend detector cannot tell regimes apart"
+                f"<DataFrame>: the training span's trend does not vary (trend thresholds "
+                f"{lo:.3g} .. {hi:.3g} over its {int(calm.sum())} calm moving bars: prices "
+                "still, or moving at one steady rate): the volatility/trend detector cannot "
+                "tell regimes apart"
             )
         self.trend_thresholds_ = (float(lo), float(hi))
         return self
@@ -456,9 +457,10 @@ class GaussianHMMDetector:
             # Standardised, every observation would be 0 and every state alike: the filter
             # would report uniform probabilities on every bar, new data or not.
             raise DataError(
-                f"<DataFrame>: the training span's prices barely move (its {x_raw.shape[0]} HMM "
+                f"<DataFrame>: the training span's bars do not vary (its {x_raw.shape[0]} HMM "
                 "observations, each bar's log return and recent mean true range, are all the "
-                "same): the HMM detector cannot tell regimes apart"
+                "same: prices still, or moving at one steady rate): the HMM detector cannot "
+                "tell regimes apart"
             )
         self.feature_std_ = np.where(std > 1e-12, std, 1.0)
         x = np.clip(
