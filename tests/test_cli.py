@@ -319,7 +319,11 @@ def test_force_replaces_only_a_run_and_only_after_the_inputs_check(
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        ({"env": "CartPole-v1", "total_env_step": 400}, "unknown key 'total_env_step'"),
+        ({"env": "CartPole-v1", "total_env_step": 400}, "did you mean 'total_env_steps'?"),
+        (
+            {"env": "CartPole-v1", "learning_rat": 0.1},
+            "hyperparameter name); did you mean 'learning_rate'?",
+        ),
         ({"env": "CartPole-v1", "env_args": {"x": 1}}, "unknown key 'env_args'"),
         ({"env": "CartPole-v1", "env_kwargs": [1]}, "env_kwargs must be a mapping"),
         ({"hyperparameters": 5}, "hyperparameters must be a mapping"),
@@ -721,6 +725,26 @@ def test_ensemble_force_never_deletes_a_member_still_training(tmp_path: Path) ->
     with run_lock(member):
         assert main([*argv, "--run-dir", str(run), "--total-steps", "300"]) == 2
     assert (member / "config.yaml").is_file()
+
+
+def test_ensemble_force_keeps_the_old_run_until_the_new_one_is_built(tmp_path: Path) -> None:
+    """A bad input found when member 0's trainer is built (memory, device) left the old
+    ensemble deleted: --force removed it after checking only the envs."""
+    from foxhunt.cli import main
+
+    run = tmp_path / "ens"
+    member = run / "member-0"
+    member.mkdir(parents=True)
+    (run / "ensemble-plan.json").write_text('{"members": 2}\n')
+    (member / "config.yaml").write_text("env: CartPole-v1\n")
+    sets = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+    argv = ["ensemble", "train", "--members", "2", "--env", "CartPole-v1", "--force", *sets]
+    argv += ["--run-dir", str(run), "--total-steps", "300", "--no-progress"]
+    assert main([*argv, "--set", "buffer_capacity=100000000000"]) == 2
+    assert (member / "config.yaml").read_text() == "env: CartPole-v1\n"
+    assert main(argv) == 0
+    assert (run / "ensemble.json").is_file() and not (run / "ensemble-plan.json").exists()
+    assert yaml.safe_load((member / "config.yaml").read_text())["total_env_steps"] == 300
 
 
 def test_sigterm_outside_training_carries_its_signal(monkeypatch: pytest.MonkeyPatch) -> None:

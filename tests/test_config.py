@@ -195,6 +195,30 @@ def test_yaml_errors_name_the_file(tmp_path: Path) -> None:
         DQNHyperparameters.from_yaml(wrong)
 
 
+def test_a_misspelt_hyperparameter_gets_a_suggestion() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown hyperparameter 'learning_rat' \(value 0\.1\); "
+        r"did you mean 'learning_rate'\?",
+    ):
+        DQNHyperparameters(learning_rat=0.1)
+
+
+def test_integers_are_read_in_decimal(tmp_path: Path) -> None:
+    # YAML 1.1 read seed=010 as octal 8 and batch_size=1:00 as 60 (base 60), without a word.
+    assert parse_override("seed=010") == ("seed", 10)
+    assert parse_override("buffer_capacity=100_000") == ("buffer_capacity", 100_000)
+    assert parse_override("seed=-0") == ("seed", 0)
+    for text in ("1:00", "0x10", "0b11", "0o7"):
+        key, value = parse_override(f"batch_size={text}")
+        assert value == text  # text: the field refuses it by name
+        with pytest.raises(ConfigError, match=f"batch_size must be an integer, got: '{text}'"):
+            DQNHyperparameters(**{key: value})
+    f = tmp_path / "c.yaml"
+    f.write_text("seed: 010\nlog_interval: 1:00:00\n", encoding="utf-8")
+    assert load_config_dict(f) == {"seed": 10, "log_interval": "1:00:00"}
+
+
 def test_parse_override() -> None:
     assert parse_override("hidden_sizes=[64, 64]") == ("hidden_sizes", [64, 64])
     key, value = parse_override("learning_rate=1e-3")

@@ -46,6 +46,31 @@ def test_toy_text_state_round_trips_for_exact_resume() -> None:
             assert np.array_equal(env.reset()[0], copy.reset()[0])
 
 
+def test_a_users_env_with_a_state_attribute_is_not_captured_by_guess() -> None:
+    # Its step counter was lost on resume, silently: an episode capped at 50 ran 70 steps.
+    class Stateful(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        action_space = gym.spaces.Discrete(3)
+
+        def reset(self, *, seed=None, options=None):  # type: ignore[override]
+            super().reset(seed=seed)
+            self.t, self.state = 0, np.zeros(3, np.float32)
+            return self.state.copy(), {}
+
+        def step(self, action):  # type: ignore[override]
+            self.t += 1
+            return self.state.copy(), 0.0, self.t >= 50, False, {}
+
+    env = Stateful()
+    env.reset(seed=0)
+    assert get_env_state(env) is None  # resumed from a fresh reset, and said so
+    # Gymnasium's own envs still are captured, a fickle Taxi passenger's step included.
+    taxi = make_gym_env("Taxi-v4", kwargs={"fickle_passenger": True})
+    taxi.reset(seed=1)
+    state = get_env_state(taxi)
+    assert state is not None and "fickle_step" in state["base"]["attrs"]
+
+
 @pytest.mark.parametrize(
     ("env_id", "needle"),
     [
@@ -202,6 +227,38 @@ class _Cells(gym.Env):
         assert self.action_space.contains(action), action
         self.s = 10 + (self.s - 9) % 5
         return self.s, float(action == 2), False, self.s == 14, {}
+
+
+class _RaggedInfo(gym.Env):
+    """An info value whose length changes from call to call."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def,override]
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {"arr": np.zeros(int(self.np_random.integers(1, 4)))}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        return np.zeros(3, np.float32), 0.0, False, False, {"arr": np.zeros(1)}
+
+
+@pytest.mark.parametrize("vector_env", ["sync", "async"])
+def test_ragged_infos_are_named_and_async_envs_close(vector_env: str) -> None:
+    """Gymnasium failed to stack the infos and the error blamed the observation; async envs
+    then hung for ever in close(), waiting for an answer already received."""
+    import threading
+
+    from foxhunt.errors import EnvironmentStepError
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(n_envs=4, vector_env=vector_env), _RaggedInfo)
+    with pytest.raises(EnvironmentStepError, match="gathers the sub-envs' info dicts"):
+        trainer.learn(50)
+    closing = threading.Thread(target=trainer.close, daemon=True)
+    closing.start()
+    closing.join(timeout=60)
+    assert not closing.is_alive()
 
 
 @pytest.mark.parametrize("vector_env", ["sync", "async"])
@@ -700,6 +757,25 @@ def test_learning_starts_warning_only_when_no_update_can_run(
                 )
         finally:
             trainer.close()
+
+
+def test_a_continued_run_that_trains_no_further_is_not_called_untrained(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(n_envs=1, train_freq=16, learning_starts=8), lambda: _Counter())
+    try:
+        trainer.learn(40)  # updates at env steps 16 and 32
+        done = trainer.agent.optimizer_steps
+        assert done == 2
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+            trainer.learn(45)  # no boundary before 48
+        assert f"no further optimizer step will run (the model keeps its {done})" in caplog.text
+        assert "untrained" not in caplog.text and trainer.agent.optimizer_steps == done
+    finally:
+        trainer.close()
 
 
 def test_evaluation_env_forms_and_their_failures(caplog: pytest.LogCaptureFixture) -> None:

@@ -476,6 +476,11 @@ def test_agent_rejects_unsupported_spaces(hp_factory) -> None:
         DQNAgent(box, gym.spaces.MultiBinary(3), hp_factory())
     with pytest.raises(ConfigError, match="regime_conditional must be false"):
         DQNAgent(box, gym.spaces.Discrete(2), hp_factory(regime_conditional=True))
+    # An observation of no values trained a network without inputs, silently.
+    for shape in ((0,), (4, 0)):
+        empty = gym.spaces.Box(-1, 1, shape, np.float32)
+        with pytest.raises(ConfigError, match="must hold at least one value, got: Box"):
+            DQNAgent(empty, gym.spaces.Discrete(2), hp_factory())
 
 
 def test_act_and_evaluation_mode(hp_factory, agent_factory) -> None:

@@ -327,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _overrides(items: Sequence[str]) -> dict[str, Any]:
     from foxhunt.config import parse_override
 
+    # A key given twice takes its last value, as repeated options do: a wrapper script's
+    # defaults followed by the user's own.
     return dict(parse_override(i) for i in items)
 
 
@@ -611,7 +613,8 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
     else:
         default = _default_run_dir(spec)
         run_dir = default.with_name(default.name + "-ensemble")
-    if _prepare_run_dir(run_dir, args.force):
+    replace = _prepare_run_dir(run_dir, args.force)
+    if replace:
         from foxhunt.runs import make_envs
 
         for env in make_envs(spec)[:2]:  # every input checked before the old run goes
@@ -622,8 +625,11 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
 
         for member in sorted(run_dir.glob("member-*")):  # none may be training right now
             assert_not_in_use(member)
-        shutil.rmtree(run_dir)
-    paths = train_ensemble(spec, run_dir, args.members, progress=not args.no_progress)
+    # The old run goes only once member 0's trainer is built (device, memory checked).
+    before_write = (lambda: shutil.rmtree(run_dir)) if replace else None
+    paths = train_ensemble(
+        spec, run_dir, args.members, progress=not args.no_progress, before_write=before_write
+    )
     print(f"foxhunt: ensemble of {len(paths)} members written to {run_dir}")
     return 0
 

@@ -55,10 +55,16 @@ class DuplicateKeyError(yaml.YAMLError):
 
 
 class _YamlLoader(yaml.SafeLoader):
-    """SafeLoader that reads ``1e-3`` as a float (YAML 1.2); PyYAML's 1.1 rules need ``1.0e-3``.
+    """SafeLoader with YAML 1.2's numbers: ``1e-3`` is a float (PyYAML's 1.1 rules need
+    ``1.0e-3``), and an integer is written in decimal: 1.1 read ``seed: 010`` as octal 8 and
+    ``1:00`` as 60 (base 60); ``010`` is now 10, and ``1:00`` or ``0x10`` stay text, which a
+    number field refuses by name.
 
     It also refuses duplicate keys, which PyYAML resolves as last-wins without a word.
     """
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        return int(str(self.construct_scalar(node)).replace("_", ""))
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -74,6 +80,16 @@ class _YamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# PyYAML's 1.1 number resolvers dropped (octal, base 60, binary and hex integers; base-60
+# floats), then YAML 1.2's decimal forms added (digit groups with "_" kept, as in Python).
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if not tag.endswith((":int", ":float"))]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YamlLoader.add_constructor("tag:yaml.org,2002:int", _YamlLoader.construct_yaml_int)
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9][0-9_]*$"), list("-+0123456789")
+)
 _YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
@@ -357,7 +373,8 @@ class DQNHyperparameters(BaseModel):
         try:
             super().__init__(**python_scalars(data))
         except ValidationError as err:
-            raise ConfigError(_format_validation_error(err)) from None
+            known = type(self).model_fields
+            raise ConfigError(_format_validation_error(err, known=known)) from None
 
     @field_validator("mixed_precision", mode="before")
     @classmethod

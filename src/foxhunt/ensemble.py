@@ -369,6 +369,7 @@ def train_ensemble(
     *,
     progress: bool = False,
     verbose: bool = True,
+    before_write: Callable[[], None] | None = None,
 ) -> list[Path]:
     """Train ``n_members`` full runs with seeds :func:`member_seed` into ``run_dir/member-{i}``.
 
@@ -377,11 +378,14 @@ def train_ensemble(
     useful disagreement, without bootstrap masks. ``config.yaml`` and ``ensemble.json`` are
     written last, so an ensemble directory that lists its members holds every one of them.
     ``verbose=False`` prints nothing to stdout; the caller's torch thread count is kept.
+    ``before_write`` runs once member 0's trainer is built (every input validated) and before
+    anything is written; given, ``run_dir`` need not be new: ``foxhunt ensemble train --force``
+    removes the old run there, so a bad input keeps it.
     """
     from foxhunt.session import caller_state
 
     with caller_state(verbose):
-        return _train_ensemble(spec, Path(run_dir), n_members, progress)
+        return _train_ensemble(spec, Path(run_dir), n_members, progress, before_write)
 
 
 def member_seed(seed: int, i: int) -> int:
@@ -393,12 +397,19 @@ def member_seed(seed: int, i: int) -> int:
     return int(np.random.SeedSequence([seed, i]).generate_state(1)[0]) & 0x7FFF_FFFF
 
 
-def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool) -> list[Path]:
+def _train_ensemble(
+    spec: RunSpec,
+    run_dir: Path,
+    n_members: int,
+    progress: bool,
+    before_write: Callable[[], None] | None = None,
+) -> list[Path]:
     from foxhunt.session import require_new_dir, run_training
 
     if isinstance(n_members, bool) or not isinstance(n_members, int) or n_members < 2:
         raise ConfigError(f"n_members must be an integer of at least 2, got: {n_members!r}")
-    require_new_dir(run_dir, "run_dir")
+    if before_write is None:
+        require_new_dir(run_dir, "run_dir")
     hp = spec.hyperparameters
     seeds = [member_seed(hp.seed, i) for i in range(n_members)]
     # Build every member spec first: a bad input fails before anything is trained or written.
@@ -412,6 +423,8 @@ def _train_ensemble(spec: RunSpec, run_dir: Path, n_members: int, progress: bool
     def write_plan() -> None:
         """What `ensemble resume` needs if training stops part way, written once the first
         member's trainer is built (a bad market file fails before it, leaving nothing)."""
+        if before_write is not None:
+            before_write()
         run_dir.mkdir(parents=True, exist_ok=True)
         plan = {"members": n_members, "seeds": seeds}
         atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan) + "\n")

@@ -1,10 +1,11 @@
 """Environment state as JSON, so a resumed run continues mid-episode exactly.
 
 An environment can opt in by defining ``get_state() -> dict`` and ``set_state(dict)`` (foxhunt's
-TradingEnv does). Gymnasium's classic-control envs are covered generically: their whole dynamic
-state is the ``state`` array, ``steps_beyond_terminated``, the env's ``np_random`` and the
-``TimeLimit`` wrapper's step counter. Other envs are reported as not capturable; the trainer then
-resumes them from a fresh reset and says so.
+TradingEnv does). Gymnasium's own classic-control and toy-text envs are covered generically:
+their whole dynamic state is the ``state`` array (``s`` for toy text),
+``steps_beyond_terminated``, the env's ``np_random`` and the ``TimeLimit`` wrapper's step
+counter. Other envs are reported as not capturable; the trainer then resumes them from a fresh
+reset and says so.
 """
 
 from __future__ import annotations
@@ -17,8 +18,18 @@ import numpy as np
 
 _WRAPPER_ATTRS = ("_elapsed_steps", "_has_reset", "_disable_render_order_enforcing")
 # Classic control keeps its dynamics in ``state``; toy text (FrozenLake, Taxi, CliffWalking) in
-# ``s`` and ``lastaction``.
-_BASE_ATTRS = ("state", "s", "lastaction", "steps_beyond_terminated", "steps_beyond_done")
+# ``s`` and ``lastaction`` (and a fickle Taxi passenger's ``fickle_step``).
+_BASE_ATTRS = (
+    "state",
+    "s",
+    "lastaction",
+    "fickle_step",
+    "steps_beyond_terminated",
+    "steps_beyond_done",
+)
+# Only Gymnasium's own envs are known to keep nothing else: a user's env with a ``state``
+# attribute may also count steps or hold a position, which a resume would silently lose.
+_KNOWN_MODULES = ("gymnasium.envs.classic_control.", "gymnasium.envs.toy_text.")
 
 
 def _encode(value: Any) -> Any:
@@ -156,6 +167,8 @@ def get_env_state(env: gym.Env) -> dict[str, Any] | None:
         where = f"{type(base).__name__}.get_state()"
         base_state: dict[str, Any] = {"custom": _encode_custom(base.get_state(), where)}
     else:
+        if not type(base).__module__.startswith(_KNOWN_MODULES):
+            return None  # resumed from a fresh reset, as the trainer says
         attrs = {a: _encode(getattr(base, a)) for a in _BASE_ATTRS if hasattr(base, a)}
         if "state" not in attrs and "s" not in attrs:
             return None

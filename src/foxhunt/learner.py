@@ -311,6 +311,10 @@ class DQNAgent:
                 "(reshape the observation to (1,))"
             )
         self.obs_dim = int(np.prod(self.obs_shape))
+        if self.obs_dim == 0:  # a network without inputs would "learn" one constant Q per action
+            raise ConfigError(
+                f"observation space must hold at least one value, got: {observation_space}"
+            )
         if hp.regime_conditional and n_regimes < 1:
             raise ConfigError(
                 "regime_conditional must be false for an environment without regimes, got: true "

@@ -184,9 +184,11 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
                 )
             file_hp[key] = value
         else:
+            close = did_you_mean(key, [*_SECTIONS, *hp_names])
+            hint = close if close.startswith("; did you mean") else ""
             raise ConfigError(
                 f"{config_file}: unknown key {key!r} (sections: {', '.join(sorted(_SECTIONS))}; "
-                "or a hyperparameter name)"
+                f"or a hyperparameter name){hint}"
             )
     return file_hp, file_run
 
@@ -901,7 +903,7 @@ def make_envs(
     if not isinstance(obs_space, gym.spaces.Box):
         raise ConfigError(
             f"--env {env_id!r} must have a Box or Discrete observation space, got: {obs_space} "
-            "(a Tuple or Dict one: register the env wrapped in "
+            "(a Tuple, Dict, MultiBinary or MultiDiscrete one: register the env wrapped in "
             "gymnasium.wrappers.FlattenObservation)"
         )
     if spec.env_kwargs:

@@ -16,6 +16,8 @@ import re
 import signal
 import threading
 import time
+import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -629,6 +631,12 @@ class DQNTrainer:
                 "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
                 "terminated, truncated, info); an old Gym env returns other tuples"
             )
+        elif "_add_info" in {f.name for f in traceback.extract_tb(exc.__traceback__)}:
+            hint = (
+                "raised where Gymnasium gathers the sub-envs' info dicts: an info value whose "
+                "shape or type differs between sub-envs or steps fails this way; give each info "
+                "key one shape, or a scalar"
+            )
         elif any(sign in message for sign in _MISFIT_OBSERVATION):
             space = self.envs.single_observation_space
             hint = f"an observation that does not fit the observation space {space} fails this way"
@@ -741,11 +749,14 @@ class DQNTrainer:
                 self.env_steps,
             )
         elif planned_updates(self.env_steps, total_env_steps, hp) == 0:
+            done = self.agent.optimizer_steps  # a resumed run keeps what it learned
             log.warning(
-                "no optimizer step will run and the model stays untrained: the %d env steps "
-                "this run reaches end before a train_freq boundary (every %d env steps) at or "
-                "after learning_starts %d (raise the total, or lower learning_starts or "
-                "train_freq)",
+                "%s: the %d env steps this run reaches end before a train_freq boundary (every "
+                "%d env steps) at or after learning_starts %d (raise the total, or lower "
+                "learning_starts or train_freq)",
+                f"no further optimizer step will run (the model keeps its {done})"
+                if done
+                else "no optimizer step will run and the model stays untrained",
                 reached,
                 hp.train_freq,
                 hp.learning_starts,
@@ -1056,7 +1067,19 @@ class DQNTrainer:
         return finite, q_abs_max
 
     def close(self) -> None:
-        """Close environments and sinks."""
+        """Close environments and sinks. Async envs left waiting on a call that failed in this
+        process (Gymnasium gathering their infos) are terminated: a plain close would wait for
+        that call's answer, already received, forever."""
+        from gymnasium.vector.async_vector_env import AsyncState, AsyncVectorEnv
+
+        vec = self.envs
+        while not isinstance(vec, AsyncVectorEnv) and hasattr(vec, "env"):  # vector wrappers
+            vec = vec.env
+        pending = isinstance(vec, AsyncVectorEnv) and vec._state != AsyncState.DEFAULT
+        if pending:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "Calling `close` while waiting ...": we know
+                vec.close(terminate=True)
         self.envs.close()
         if self._eval_env is not None and self._owns_eval_env:
             self._eval_env.close()
