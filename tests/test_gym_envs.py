@@ -243,6 +243,32 @@ class _RaggedInfo(gym.Env):
         return np.zeros(3, np.float32), 0.0, False, False, {"arr": np.zeros(1)}
 
 
+class _ArrayReward(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def,override]
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        return np.zeros(3, np.float32), np.array([1.0, 2.0]), False, False, {}
+
+
+@pytest.mark.parametrize("vector_env", ["sync", "async"])
+def test_an_array_reward_is_named(vector_env: str) -> None:
+    # Blamed on the observation (sync); a traceback from the replay buffer (async).
+    from foxhunt.errors import EnvironmentStepError
+    from foxhunt.trainer import DQNTrainer
+
+    trainer = DQNTrainer(_hp(n_envs=2, vector_env=vector_env), _ArrayReward)
+    try:
+        with pytest.raises(EnvironmentStepError, match="reward must be one number"):
+            trainer.learn(50)
+    finally:
+        trainer.close()
+
+
 @pytest.mark.parametrize("vector_env", ["sync", "async"])
 def test_ragged_infos_are_named_and_async_envs_close(vector_env: str) -> None:
     """Gymnasium failed to stack the infos and the error blamed the observation; async envs

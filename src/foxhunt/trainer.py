@@ -631,6 +631,10 @@ class DQNTrainer:
                 "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
                 "terminated, truncated, info); an old Gym env returns other tuples"
             )
+        elif message.startswith("rewards of shape") or any(
+            "_rewards[" in (f.line or "") for f in traceback.extract_tb(exc.__traceback__)
+        ):
+            hint = "a step's reward must be one number (a float), not an array"
         elif "_add_info" in {f.name for f in traceback.extract_tb(exc.__traceback__)}:
             hint = (
                 "raised where Gymnasium gathers the sub-envs' info dicts: an info value whose "
@@ -676,6 +680,8 @@ class DQNTrainer:
             next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
             next_obs = np.asarray(next_obs, dtype=np.float32)
             rewards = np.asarray(rewards, dtype=np.float64)
+            if rewards.shape != (hp.n_envs,):  # async envs stack an array reward per env
+                raise ValueError(f"rewards of shape {rewards.shape} from {hp.n_envs} env(s)")
             ended = np.logical_or(terminated, truncated)
             any_ended = bool(ended.any())
             real_next = next_obs
