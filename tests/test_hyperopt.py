@@ -249,6 +249,23 @@ def test_no_completed_trial_is_an_error_naming_the_reason(tmp_path: Path) -> Non
 
 
 # --- the study ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kept", ["learning_starts", "buffer_capacity"])
+def test_a_kept_learning_starts_or_buffer_bounds_the_searched_batch(kept: str) -> None:
+    # --set learning_starts=100 beside a batch searched up to 2 x 64 x 4: every trial was
+    # pruned as invalid.
+    base = DQNHyperparameters(batch_size=64, learning_starts=100, buffer_capacity=5000)
+    base = base.replace(**{kept: 100})
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(0))
+    effective = set()
+    for _ in range(40):
+        trial = study.ask()
+        hp = base.replace(**search_space(trial, base, frozenset({kept})))
+        assert getattr(hp, kept) == 100
+        effective.add(hp.batch_size * hp.gradient_accumulation_steps)
+        study.tell(trial, 0.0)
+    assert max(effective) <= 100 and len(effective) > 1  # still searched, within the bound
+
+
 def test_study_writes_files_and_best_config_reproduces_the_trial(tmp_path: Path) -> None:
     spec = tiny_spec()
     out = run_hyperopt(spec, n_trials=2, run_dir=tmp_path / "hpo", sampler_seed=3)
@@ -268,6 +285,40 @@ def test_study_writes_files_and_best_config_reproduces_the_trial(tmp_path: Path)
     assert best.hyperparameters.seed == trial_seed(0, out["best_trial"])
     # ... and training it again gives exactly the trial's score (same seed, same everything).
     train_env, eval_env, _ = make_envs(best)
+    trainer = DQNTrainer(best.hyperparameters, train_env, eval_env=eval_env)
+    trainer.learn(best.total_env_steps)
+    assert trainer.evaluate() == out["best_value"]
+    trainer.close()
+
+
+def test_trials_csv_says_why_each_trial_did_not_complete() -> None:
+    study = optuna.create_study(direction="maximize")
+    pruned = study.ask()
+    pruned.set_user_attr("pruned_reason", "invalid configuration: x")
+    study.tell(pruned, state=optuna.trial.TrialState.PRUNED)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # as a stale heartbeat marks it
+    rows = list(csv.DictReader(hyperopt._trials_csv(study).splitlines()))
+    assert rows[0]["reason"] == "invalid configuration: x"
+    assert rows[1]["state"] == "FAIL" and "worker stopped" in rows[1]["reason"]
+
+
+def test_a_trading_best_config_reproduces_the_trial(tmp_path: Path) -> None:
+    """Trials share the market fitted with the search's seed; best_config.yaml held only the
+    trial's seed, so `foxhunt train --config` fitted the HMM another way and scored otherwise."""
+    import numpy as np
+
+    from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+
+    data = write_synthetic_csv(tmp_path / "m.csv", SyntheticMarketConfig(n_bars=800), seed=1)
+    overrides = {**TINY, "hidden_sizes": [16, 16], "eval_interval": 300, "eval_episodes": 1}
+    spec = build_spec(data=str(data), overrides=overrides, total_steps=300)
+    out = run_hyperopt(spec, n_trials=1, run_dir=tmp_path / "hpo", sampler_seed=0)
+    assert out["complete"] == 1
+    best = build_spec(config_file=str(tmp_path / "hpo" / "best_config.yaml"))
+    assert best.hyperparameters.seed == trial_seed(0, 0) != 0
+    assert best.market.detector_seed == 0
+    train_env, eval_env, setup = make_envs(best)
+    np.testing.assert_array_equal(setup.market.regime_probs, make_envs(spec)[2].market.regime_probs)
     trainer = DQNTrainer(best.hyperparameters, train_env, eval_env=eval_env)
     trainer.learn(best.total_env_steps)
     assert trainer.evaluate() == out["best_value"]

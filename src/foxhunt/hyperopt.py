@@ -83,14 +83,21 @@ def search_space(
     overrides a choice the user made explicitly.
 
     The space is built so every sample validates against ``base``: ``learning_starts`` and
-    ``buffer_capacity`` are raised to the effective batch when it outgrows them. Batch sizes and
-    network widths are searched at half, equal and double the base values, because the base
-    encodes what fits the user's memory and problem size. ``gradient_steps`` follows
-    ``train_freq`` at the base's updates-per-env-step ratio, so every trial costs about the same
-    compute and ``train_freq`` only decides how bursty the updates are.
+    ``buffer_capacity`` are raised to the effective batch when it outgrows them, or, where the
+    user fixed them, bound it (larger batches are not offered; accumulation is cut to fit).
+    Batch sizes and network widths are searched at half, equal and double the base values,
+    because the base encodes what fits the user's memory and problem size. ``gradient_steps``
+    follows ``train_freq`` at the base's updates-per-env-step ratio, so every trial costs about
+    the same compute and ``train_freq`` only decides how bursty the updates are.
     """
     b = base.batch_size
     batch_choices = sorted({max(1, b // 2), b, 2 * b})
+    # learning_starts or buffer_capacity kept by the user bound the effective batch: batches
+    # past it are not offered (every trial would be pruned as invalid).
+    kept = [getattr(base, n) for n in ("learning_starts", "buffer_capacity") if n in fixed]
+    cap = min(kept) if kept else None
+    if cap is not None:
+        batch_choices = [c for c in batch_choices if c <= cap] or [min(batch_choices)]
     widest = max(base.hidden_sizes)
     width_choices = sorted({max(1, widest // 2), widest, 2 * widest})
 
@@ -133,6 +140,11 @@ def search_space(
 
     pick("hidden_sizes", widths)
 
+    if cap is not None and "gradient_accumulation_steps" not in fixed:
+        # The most micro-batches the bound allows (the base's own product always fits it).
+        fits = [a for a in ACCUMULATION_STEPS if params["batch_size"] * a <= cap]
+        if params["batch_size"] * params["gradient_accumulation_steps"] > cap:
+            params["gradient_accumulation_steps"] = max(fits, default=1)
     eff = params["batch_size"] * params["gradient_accumulation_steps"]
     pick("learning_starts", lambda: max(base.learning_starts, eff))
     pick("buffer_capacity", lambda: max(base.buffer_capacity, eff))
@@ -443,6 +455,9 @@ def _trials_csv(study: optuna.Study) -> str:
     )
     for t in trials:
         reason = t.user_attrs.get(_ATTR_REASON) or t.system_attrs.get("fail_reason") or ""
+        if not reason and t.state == optuna.trial.TrialState.FAIL:
+            # Marked failed by the storage's heartbeat check: no process said why.
+            reason = "its worker stopped (killed or lost) while it ran"
         duration = t.duration.total_seconds() if t.duration is not None else None
         w.writerow(
             [
@@ -466,6 +481,11 @@ def _best_config_yaml(
     n_complete: int,
 ) -> str:
     best_spec = spec.model_copy(update={"hyperparameters": hp})
+    if spec.is_trading and spec.market.detector_seed is None:
+        # Every trial traded the market as fitted with the search's seed (make_envs(spec),
+        # built once); the trial's own seed would fit the HMM another way.
+        market = spec.market.model_copy(update={"detector_seed": spec.hyperparameters.seed})
+        best_spec = best_spec.model_copy(update={"market": market})
     header = (
         f"# foxhunt hyperopt: best of {n_complete} complete trials in study "
         f"{study.study_name!r}: trial {trial.number}, final greedy evaluation return "

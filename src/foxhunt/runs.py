@@ -62,6 +62,9 @@ class MarketSpec(BaseModel):
     """Causal regime detector fitted on the training span."""
     n_regimes: StrictInt = Field(4, ge=1, le=16)
     """Regimes the detector distinguishes."""
+    detector_seed: StrictInt | None = Field(None, ge=0, lt=2**32)
+    """Seed of the HMM detector's fit; None = the run's seed. A hyperopt's best_config.yaml
+    sets it: its trials share the market fitted with the search's seed, not the trial's."""
     train_fraction: StrictFloat = Field(0.7, gt=0.0, lt=1.0)
     """Chronological share of bars used for training (and for fitting features and regimes)."""
     validation_fraction: StrictFloat = Field(0.15, ge=0.0, lt=1.0)
@@ -580,7 +583,7 @@ def build_trading(
             train_end=train_end,
             detector=m.detector,
             n_regimes=m.n_regimes,
-            seed=spec.hyperparameters.seed,
+            seed=spec.hyperparameters.seed if m.detector_seed is None else m.detector_seed,
             # The detector the run trained with, taken when its training rows are these.
             detector_state=recorded.get("detector") if recorded is not None else None,
         )
