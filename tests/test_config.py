@@ -219,6 +219,17 @@ def test_integers_are_read_in_decimal(tmp_path: Path) -> None:
     assert load_config_dict(f) == {"seed": 10, "log_interval": "1:00:00"}
 
 
+def test_written_config_reads_back_unchanged(tmp_path: Path) -> None:
+    # "08" was written bare by YAML 1.1's rules and read back as the integer 8.
+    from foxhunt.config import dump_yaml
+
+    data = {"map": "08", "e": "1e3", "o": "010", "n": 8, "lr": 1e-3, "t": "1:00", "y": "yes"}
+    data |= {"d": "2024-01-02", "g": "1_000", "inf": float("inf"), "none": None, "l": [1, 2]}
+    f = tmp_path / "c.yaml"
+    f.write_text(dump_yaml(data), encoding="utf-8")
+    assert load_config_dict(f) == data
+
+
 def test_parse_override() -> None:
     assert parse_override("hidden_sizes=[64, 64]") == ("hidden_sizes", [64, 64])
     key, value = parse_override("learning_rate=1e-3")
@@ -539,7 +550,7 @@ def test_section_typos_and_shapes_are_named(tmp_path):
             build_spec(config_file=str(cfg))
         assert needle in str(info.value)
     for key, value, needle in (
-        ("market.test_fraction", 0.1, "known: data, detector, features"),
+        ("market.test_fraction", 0.1, "known: data, detector, detector_seed, features"),
         ("trading.positions", 1, "trading.positions: must be a list such as [0.0, 1.0]"),
         ("market.features", "abc", "market.features must be a list"),
         ("trading.random_start", 0.0, "trading.random_start must be true or false, got: 0.0"),

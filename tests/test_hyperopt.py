@@ -262,6 +262,10 @@ def test_a_kept_learning_starts_or_buffer_bounds_the_searched_batch(kept: str) -
         hp = base.replace(**search_space(trial, base, frozenset({kept})))
         assert getattr(hp, kept) == 100
         effective.add(hp.batch_size * hp.gradient_accumulation_steps)
+        # What Optuna records (trials.csv, the sampler's model) is what trains.
+        pair = f"{hp.batch_size}x{hp.gradient_accumulation_steps}"
+        assert trial.params["batch_size_x_accumulation"] == pair
+        assert "batch_size" not in trial.params
         study.tell(trial, 0.0)
     assert max(effective) <= 100 and len(effective) > 1  # still searched, within the bound
 

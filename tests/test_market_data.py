@@ -2188,8 +2188,12 @@ def test_a_loaded_frame_passed_back_is_checked_but_not_warned_about_again(tmp_pa
     broken.iloc[1, broken.columns.get_loc("high")] = 0.1  # still checked
     with pytest.raises(DataError, match="high"):
         load_ohlcv(broken)
-    # A frame of one's own is warned about as ever.
+    # A frame of one's own, or the loaded one edited, is warned about as ever.
     own = pd.DataFrame(df.to_dict("list"), index=df.index)
     assert not own.attrs
     load_ohlcv(own)
     assert "dated after today" in caplog.text
+    caplog.clear()
+    past = df.set_axis(df.index - pd.Timedelta(days=365 * 80))  # keeps the attrs
+    load_ohlcv(past.iloc[::-1])  # newest first now
+    assert "rows are newest first; reversed" in caplog.text

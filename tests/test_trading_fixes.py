@@ -526,3 +526,18 @@ def test_a_malformed_positions_record_in_model_json_is_named(tmp_path, raw):
     assert _trained_positions(tmp_path) == (0.0, 1.0)
     (tmp_path / "model.json").write_text(json.dumps({"obs_dim": 3}))  # saved before the record
     assert _trained_positions(tmp_path) is None
+
+
+def test_a_backtest_on_bars_of_another_length_is_said(caplog, tmp_path) -> None:
+    from foxhunt.session import _warn_other_frequency
+
+    hourly_24_7 = {"periods_per_year": 8766.0, "bar_seconds": 3600.0}
+    # Hourly stock bars (a 7-hour session) for a model of hourly crypto bars: same bar length.
+    _warn_other_frequency(1764.0, 3600.0, hourly_24_7, "stock.csv", tmp_path)
+    assert "bar frequency" not in caplog.text
+    _warn_other_frequency(525_960.0, 60.0, hourly_24_7, "minutes.csv", tmp_path)
+    assert "minutes.csv: its bars come about 525,960 a year" in caplog.text
+    assert "trained on about 8,766 a year" in caplog.text
+    caplog.clear()
+    _warn_other_frequency(525_960.0, 60.0, {"rows": 5}, "minutes.csv", tmp_path)  # older record
+    assert caplog.text == ""

@@ -229,6 +229,16 @@ def _utc_datetime64(timestamps: Any) -> np.ndarray | None:
     return ts[~np.isnat(ts)]  # a missing time says nothing about the spacing (NaT sorts first)
 
 
+def median_bar_seconds(timestamps: Any) -> float | None:
+    """The usual time from one bar to the next, in seconds (None for fewer than two bars)."""
+    ts = _utc_datetime64(timestamps)
+    if ts is None or ts.size < 2:
+        return None
+    gaps = np.diff(np.sort(ts.astype("datetime64[ns]").astype(np.int64)))
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) / 1e9 if gaps.size else None
+
+
 def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     """Bars per year as the data has them: 365.25 for 24/7 daily bars, ~252 for exchange days,
     ~98 000 for one-minute bars of a 6.5-hour exchange session. Annualising every file with

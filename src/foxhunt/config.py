@@ -104,6 +104,19 @@ _YamlLoader.add_implicit_resolver(
 )
 
 
+class _YamlDumper(yaml.SafeDumper):
+    """SafeDumper that quotes what :class:`_YamlLoader` would read as another type: "08" or
+    "1e3" written bare by YAML 1.1's rules came back as the numbers 8 and 1000.0."""
+
+
+_YamlDumper.yaml_implicit_resolvers = _YamlLoader.yaml_implicit_resolvers
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as YAML that :func:`load_config_dict` and ``--set`` read back unchanged."""
+    return yaml.dump(data, Dumper=_YamlDumper, sort_keys=False)
+
+
 def python_scalars(value: Any) -> Any:
     """NumPy scalars as the Python numbers they hold, in lists, tuples and mappings too
     (``np.int64(32)`` is 32, ``np.float32(1e-3)`` is 0.001). Sweeps and Optuna hand out NumPy

@@ -84,7 +84,8 @@ def search_space(
 
     The space is built so every sample validates against ``base``: ``learning_starts`` and
     ``buffer_capacity`` are raised to the effective batch when it outgrows them, or, where the
-    user fixed them, bound it (larger batches are not offered; accumulation is cut to fit).
+    user fixed them, bound it (batch size and micro-batches are then one parameter,
+    ``batch_size_x_accumulation``, offering the pairs that fit).
     Batch sizes and network widths are searched at half, equal and double the base values,
     because the base encodes what fits the user's memory and problem size. ``gradient_steps``
     follows ``train_freq`` at the base's updates-per-env-step ratio, so every trial costs about
@@ -92,12 +93,10 @@ def search_space(
     """
     b = base.batch_size
     batch_choices = sorted({max(1, b // 2), b, 2 * b})
-    # learning_starts or buffer_capacity kept by the user bound the effective batch: batches
-    # past it are not offered (every trial would be pruned as invalid).
+    # learning_starts or buffer_capacity kept by the user bound the effective batch: only
+    # (batch, micro-batches) pairs within it are offered (others would be pruned as invalid).
     kept = [getattr(base, n) for n in ("learning_starts", "buffer_capacity") if n in fixed]
     cap = min(kept) if kept else None
-    if cap is not None:
-        batch_choices = [c for c in batch_choices if c <= cap] or [min(batch_choices)]
     widest = max(base.hidden_sizes)
     width_choices = sorted({max(1, widest // 2), widest, 2 * widest})
 
@@ -107,11 +106,26 @@ def search_space(
         params[name] = getattr(base, name) if name in fixed else suggest()
 
     pick("learning_rate", lambda: trial.suggest_float("learning_rate", 1e-5, 1e-2, log=True))
-    pick("batch_size", lambda: trial.suggest_categorical("batch_size", batch_choices))
-    pick(
-        "gradient_accumulation_steps",
-        lambda: trial.suggest_categorical("gradient_accumulation_steps", list(ACCUMULATION_STEPS)),
-    )
+    both = {"batch_size", "gradient_accumulation_steps"}
+    if cap is None or both <= fixed:
+        pick("batch_size", lambda: trial.suggest_categorical("batch_size", batch_choices))
+        pick(
+            "gradient_accumulation_steps",
+            lambda: trial.suggest_categorical(
+                "gradient_accumulation_steps", list(ACCUMULATION_STEPS)
+            ),
+        )
+    else:  # one parameter for the pair, so what Optuna records is what trains
+        sizes = [base.batch_size] if "batch_size" in fixed else batch_choices
+        steps = (
+            [base.gradient_accumulation_steps]
+            if "gradient_accumulation_steps" in fixed
+            else list(ACCUMULATION_STEPS)
+        )
+        pairs = [f"{b}x{a}" for b in sizes for a in steps if b * a <= cap]
+        pairs = pairs or [f"{base.batch_size}x{base.gradient_accumulation_steps}"]
+        size, micro = trial.suggest_categorical("batch_size_x_accumulation", pairs).split("x")
+        params["batch_size"], params["gradient_accumulation_steps"] = int(size), int(micro)
     pick("gamma", lambda: trial.suggest_categorical("gamma", list(GAMMAS)))
     pick(
         "target_update_interval",
@@ -140,11 +154,6 @@ def search_space(
 
     pick("hidden_sizes", widths)
 
-    if cap is not None and "gradient_accumulation_steps" not in fixed:
-        # The most micro-batches the bound allows (the base's own product always fits it).
-        fits = [a for a in ACCUMULATION_STEPS if params["batch_size"] * a <= cap]
-        if params["batch_size"] * params["gradient_accumulation_steps"] > cap:
-            params["gradient_accumulation_steps"] = max(fits, default=1)
     eff = params["batch_size"] * params["gradient_accumulation_steps"]
     pick("learning_starts", lambda: max(base.learning_starts, eff))
     pick("buffer_capacity", lambda: max(base.buffer_capacity, eff))

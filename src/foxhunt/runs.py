@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import torch
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -37,6 +36,7 @@ from foxhunt.config import (
     DQNHyperparameters,
     _format_validation_error,
     did_you_mean,
+    dump_yaml,
     load_config_dict,
 )
 from foxhunt.envs.trading import TradingEnvConfig
@@ -124,7 +124,7 @@ class RunSpec(BaseModel):
             del data["market"], data["trading"]
         if not self.env_kwargs:
             del data["env_kwargs"]
-        return yaml.safe_dump(data, sort_keys=False)
+        return dump_yaml(data)
 
 
 def default_preset(trading: bool) -> str:
@@ -567,7 +567,7 @@ def build_trading(
         check_split_sizes(n, train_end, val_end, m, config.window, source)
     # The last bar training or model selection saw: a backtest of another file on bars up to
     # it is in-sample (see session.backtest_run).
-    from foxhunt.backtest import infer_periods_per_year
+    from foxhunt.backtest import infer_periods_per_year, median_bar_seconds
 
     record = {
         **identity,
@@ -576,6 +576,7 @@ def build_trading(
         "validated_last": str(df.index[val_end - 1]),
         # The bar frequency trained on: a backtest on bars of another says so.
         "periods_per_year": round(infer_periods_per_year(df.index), 1),
+        "bar_seconds": median_bar_seconds(df.index),
     }
     try:
         market, fitted = prepare_market_with_detector(

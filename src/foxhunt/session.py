@@ -967,12 +967,21 @@ def _warn_in_sample(
         )
 
 
-def _warn_other_frequency(ppy: float, recorded: dict[str, Any], data: str, run_dir: Path) -> None:
+def _warn_other_frequency(
+    ppy: float, bar: float | None, recorded: dict[str, Any], data: str, run_dir: Path
+) -> None:
     """Say so when a backtest's bars come at another pace than the bars the run trained on
-    (minute bars for a daily model): its features and regimes then mean something else."""
-    trained = recorded.get("periods_per_year")
-    if isinstance(trained, bool) or not isinstance(trained, int | float) or not trained > 0:
+    (minute bars for a daily model): its features and regimes then mean something else. Bars
+    of the same length traded on other hours (hourly stock bars against 24/7 crypto) are not."""
+
+    def number(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, int | float) and value > 0
+
+    trained, trained_bar = recorded.get("periods_per_year"), recorded.get("bar_seconds")
+    if not number(trained):
         return  # a record from before it was kept
+    if number(trained_bar) and bar is not None and 0.5 <= bar / trained_bar <= 2.0:
+        return
     if not 0.5 <= ppy / trained <= 2.0:
         log.warning(
             "%s: its bars come about %s a year, those %s trained on about %s a year: a model "
@@ -1020,7 +1029,8 @@ def backtest_run(
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
     ppy = bt.infer_periods_per_year(setup.market.timestamps)
     if data is not None and recorded is not None:
-        _warn_other_frequency(ppy, recorded, data, run_dir)
+        bar = bt.median_bar_seconds(setup.market.timestamps)
+        _warn_other_frequency(ppy, bar, recorded, data, run_dir)
     agent_res = bt.run_policy(span, act, config, "agent", periods_per_year=ppy)
     results = [
         agent_res,

@@ -16,6 +16,7 @@ import contextlib
 import csv
 import decimal
 import gzip
+import hashlib
 import io
 import logging
 import math
@@ -2157,16 +2158,32 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     """
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise ConfigError(f"min_rows must be a positive integer, got {min_rows!r}")
-    # A frame this function returned, passed back in (evaluate --data, prepare_market on a
-    # loaded file), is checked again but not warned about twice.
-    again = isinstance(source, pd.DataFrame) and source.attrs.get(_VALIDATED) is True
+    # A frame this function returned, passed back in unchanged (evaluate --data, prepare_market
+    # on a loaded file), is checked again but not warned about twice; an edited one is warned
+    # about as any other.
+    again = (
+        isinstance(source, pd.DataFrame)
+        and source.attrs.get(_VALIDATED) is not None
+        and source.attrs.get(_VALIDATED) == _fingerprint(source)
+    )
     with _silenced() if again else contextlib.nullcontext():
         out = _load_ohlcv(source, min_rows)
-    out.attrs[_VALIDATED] = True
+    out.attrs[_VALIDATED] = _fingerprint(out)
     return out
 
 
 _VALIDATED = "foxhunt_validated"
+
+
+def _fingerprint(frame: pd.DataFrame) -> str | None:
+    """A hash of ``frame``'s labels, index and values (None when they cannot be hashed)."""
+    try:
+        rows = pd.util.hash_pandas_object(frame, index=True).to_numpy()
+    except (TypeError, ValueError):
+        return None
+    h = hashlib.sha256(repr([str(c) for c in frame.columns]).encode())
+    h.update(np.ascontiguousarray(rows).tobytes())
+    return h.hexdigest()
 
 
 def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFrame:
