@@ -478,3 +478,31 @@ def test_an_extension_of_an_unfinished_run_is_not_dropped(tmp_path: Path, monkey
             session.resume_training(run, total_steps=1500, progress=False)
     assert session.resume_training(run, progress=False)["env_steps"] == 1500
     assert "total_env_steps: 1500" in (run / "config.yaml").read_text()
+
+
+def test_a_checkpoint_skipped_for_a_foreign_file_stops_the_resume_before_it_trains(
+    tmp_path: Path, caplog
+) -> None:
+    """The newest checkpoint holding another file was skipped for an older one; the resume then
+    trained, could not replace that directory, and stopped with metrics.csv cut back. A file
+    browser's .DS_Store is no such file."""
+    import foxhunt.session as session
+    from foxhunt.errors import CheckpointError
+    from foxhunt.runs import build_spec
+
+    overrides = {"eval_interval": 0, "checkpoint_interval": 300, "learning_starts": 200}
+    spec = build_spec(env="CartPole-v1", total_steps=600, overrides=overrides, seed=6)
+    run = tmp_path / "run"
+    session.run_training(spec, run, progress=False)
+    newest = run / "checkpoints" / "step-000000000600"
+    (newest / ".DS_Store").write_bytes(b"\0")
+    (newest / "notes.txt").write_text("mine")
+    files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(CheckpointError, match=r"step-000000000600 holds 'notes.txt', which no"):
+        session.resume_run(run, total_steps=900, progress=False)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == files  # untouched
+    (newest / "notes.txt").unlink()
+    caplog.clear()
+    session.resume_run(run, total_steps=900, progress=False)  # from step 600, as it should
+    assert "unexpected file" not in caplog.text
+    assert (run / "checkpoints" / "step-000000000900").is_dir()

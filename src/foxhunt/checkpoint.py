@@ -260,11 +260,26 @@ def _old_siblings(path: Path) -> list[Path]:
     return sorted(p for p in path.parent.iterdir() if pattern.match(p.name))
 
 
+def _os_metadata(name: str) -> bool:
+    """Files a file browser drops into any folder it shows (macOS, Windows): never data."""
+    return name in (".DS_Store", "Thumbs.db", "desktop.ini") or name.startswith("._")
+
+
+def foreign_files(path: Path) -> list[str]:
+    """The names in checkpoint directory ``path`` that no checkpoint writes (file browsers'
+    metadata aside): what a save must not replace, nor a load accept."""
+    return sorted(
+        entry.name
+        for entry in path.iterdir()
+        if entry.name not in (*_DATA_FILES, MANIFEST_FILE) and not _os_metadata(entry.name)
+    )
+
+
 def _replaceable(path: Path) -> bool:
     """Only ever replace something that is (or was meant to be) a checkpoint, never user data."""
     if not path.is_dir() or path.is_symlink():
         return False
-    return all(entry.name in (*_DATA_FILES, MANIFEST_FILE) for entry in path.iterdir())
+    return not foreign_files(path)
 
 
 def save_checkpoint(
@@ -522,7 +537,7 @@ def _verify_files(path: Path) -> _Verified:
     manifest = _check_manifest(_parse_json(manifest_path.read_bytes(), path, MANIFEST_FILE), path)
 
     files: dict[str, dict[str, Any]] = manifest["files"]
-    present = {entry.name for entry in path.iterdir()} - {MANIFEST_FILE}
+    present = {e.name for e in path.iterdir() if not _os_metadata(e.name)} - {MANIFEST_FILE}
     for name in _DATA_FILES:
         if name not in files:
             raise _fail(path, f"{MANIFEST_FILE} does not list {name}")
@@ -688,6 +703,15 @@ class CheckpointManager:
         if not _is_int(step) or step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         return self.checkpoints_dir / f"step-{step:012d}"
+
+    def blocked_after(self, step: int) -> list[tuple[Path, list[str]]]:
+        """Checkpoint directories past ``step`` that a save could not replace (they hold other
+        files), with those files: a run resumed at ``step`` would stop at the first of them."""
+        out = []
+        for s, path in self.checkpoints():
+            if s > step and (path.is_symlink() or (foreign := foreign_files(path))):
+                out.append((path, [] if path.is_symlink() else foreign))
+        return out
 
     def checkpoints(self) -> list[tuple[int, Path]]:
         """Final-named checkpoint directories by ascending step (not verified)."""

@@ -434,6 +434,19 @@ def _resume(
                 f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
                 f"steps, got: {total}"
             )
+        # A later checkpoint directory that was skipped because it holds other files would
+        # stop the run when it comes to save there: say so now, with every file as it was.
+        from foxhunt.checkpoint import CheckpointManager
+        from foxhunt.errors import CheckpointError
+
+        blocked = CheckpointManager(run_dir).blocked_after(trainer.env_steps)
+        if blocked:
+            where, extra = blocked[0]
+            what = f"holds {', '.join(map(repr, extra[:3]))}" if extra else "is a link"
+            raise CheckpointError(
+                f"{where} {what}, which no checkpoint writes: the resume from {path.name} would "
+                "have to replace it; move that out of the way and resume again"
+            )
         # The logger checks (and trims) metrics.csv before config.yaml is rewritten, so a bad
         # metrics file stops the resume with every file as it was.
         trainer.logger = MetricLogger(
