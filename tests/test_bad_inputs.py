@@ -457,6 +457,11 @@ CHECKPOINT_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
         ("state", "'zz'"),
     ),
     (
+        "forged-replay-action",  # an index past the Q-head crashed the first update
+        lambda r: rewrite(r, lambda s, t: t["replay.actions"].__setitem__(0, 7)),
+        ("replay.actions", "action 7", "0..1"),
+    ),
+    (
         "forged-replay-size",
         lambda r: rewrite(r, lambda s, t: s["replay"].update(size=10**9)),
         ("replay.size", "1000000000"),

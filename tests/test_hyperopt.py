@@ -473,6 +473,12 @@ def test_cli_hyperopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     err = capsys.readouterr().err.strip()
     assert "--run-dir already holds another search's results (best_config.yaml, trials.csv" in err
     assert len((run_dir / "trials.csv").read_text().splitlines()) == 3  # untouched
+    # resume / evaluate / report on it said "metrics.csv does not exist" and the like.
+    for command in ("resume", "evaluate", "report"):
+        assert main([command, str(run_dir)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "holds a hyperparameter search's results, not a run" in err, command
+        assert "foxhunt train --config" in err and "best_config.yaml" in err
 
     assert main([*argv, "--storage", "notaurl", "--run-dir", str(tmp_path / "other")]) == 2
     err = capsys.readouterr().err.strip()

@@ -443,6 +443,16 @@ def _run_dir_arg(text: str) -> Path:
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise FoxhuntError(f"RUN_DIR must be a run directory, got a file: {path}")
+    if (path / "study.json").is_file() and not (path / "config.yaml").exists():
+        best = path / "best_config.yaml"
+        raise FoxhuntError(
+            f"{path} holds a hyperparameter search's results, not a run"
+            + (
+                f": `foxhunt train --config {shell_quoted(best)}` trains its best configuration"
+                if best.is_file()
+                else ""
+            )
+        )
     return path
 
 

@@ -357,6 +357,16 @@ def _check_state(
                 f"checkpoint state field loop.eval_history[{i}] must be "
                 f"[env_steps, return], got: {item!r:.80}"
             )
+    n_actions = trainer.agent.n_actions
+    for key, acts in tensors.items():  # an action index past the head: a crash later
+        stored = key == "replay.actions" or (key.startswith("nstep.") and key.endswith(".actions"))
+        if stored and acts.numel() and not acts.is_floating_point():
+            bad = (acts < 0) | (acts >= n_actions)
+            if bool(bad.any()):
+                raise CheckpointError(
+                    f"checkpoint tensor {key} holds action {int(acts[bad][0])}, outside the "
+                    f"env's 0..{n_actions - 1}"
+                )
     lengths = state["nstep"].get("lengths")
     if isinstance(lengths, list) and not all(_is_count(n) and n < hp_.n_step for n in lengths):
         raise CheckpointError(
