@@ -278,7 +278,8 @@ def _headerless_bars(n: int = 60, seed: int = 0) -> dict[str, np.ndarray]:
     return {"o": open_, "h": high, "l": low, "c": close, "v": rng.uniform(50, 120, n)}
 
 
-def test_a_price_after_the_close_of_a_headerless_file_is_not_read_as_volume(tmp_path, caplog):
+@pytest.mark.parametrize("n", [60, 12, 5])  # short files too: it needed 20 bars
+def test_a_price_after_the_close_of_a_headerless_file_is_not_read_as_volume(tmp_path, caplog, n):
     """Kraken's REST OHLC rows are time, OHLC, VWAP, volume, count; a headerless Yahoo file has
     the adjusted close (a multiple of the close between dividends) before the volume."""
     b = _headerless_bars()
@@ -286,20 +287,20 @@ def test_a_price_after_the_close_of_a_headerless_file_is_not_read_as_volume(tmp_
     kraken = "".join(
         f"{1704067200 + 3600 * i},{b['o'][i]:.2f},{b['h'][i]:.2f},{b['l'][i]:.2f},"
         f"{b['c'][i]:.2f},{vwap[i]:.2f},{b['v'][i]:.8f},{100 + i}\n"
-        for i in range(60)
+        for i in range(n)
     )
     df = load_ohlcv(write(tmp_path, kraken, "kraken.csv"))
-    np.testing.assert_allclose(df["volume"], np.round(b["v"], 8))
+    np.testing.assert_allclose(df["volume"], np.round(b["v"][:n], 8))
     assert "column 6 lies within every bar's low-high range: a price" in caplog.text
-    days = pd.date_range("2020-01-01", periods=60, freq="D")
+    days = pd.date_range("2020-01-01", periods=n, freq="D")
     adjusted = b["c"] * np.where(np.arange(60) < 30, 0.95, 1.0)  # a dividend on day 30
     yahoo = "".join(
         f"{days[i].date()},{b['o'][i]:.2f},{b['h'][i]:.2f},{b['l'][i]:.2f},{b['c'][i]:.2f},"
         f"{adjusted[i]:.6f},{int(b['v'][i] * 1000)}\n"
-        for i in range(60)
+        for i in range(n)
     )
     df = load_ohlcv(write(tmp_path, yahoo, "yahoo.csv"))
-    np.testing.assert_array_equal(df["volume"], (b["v"] * 1000).astype(int))
+    np.testing.assert_array_equal(df["volume"], (b["v"][:n] * 1000).astype(int))
     assert "column 6 moves with the close: a price" in caplog.text
     # With no column after the price, nothing is left to call volume: read without one.
     vwap_only = "".join(line.rsplit(",", 2)[0] + "\n" for line in kraken.splitlines())
@@ -1856,13 +1857,16 @@ def test_a_zone_name_on_newest_first_rows_across_the_fall_back(tmp_path):
 def test_plain_names_beside_their_exchange_variants(tmp_path):
     text = "Date,Open,High,Low,Close,Volume,Total Volume\n2024-01-02,1,2,0.5,1.5,10,20\n"
     assert load_ohlcv(write(tmp_path, text), min_rows=1)["volume"].tolist() == [10.0]
-    # NSE's bhavcopy: CLOSE_PRICE is the close, not LAST_PRICE.
+    # NSE's full bhavcopy, one symbol's rows: CLOSE_PRICE is the close, not LAST_PRICE, and the
+    # date is DATE1 (it was refused: no timestamp column).
     text = (
-        "DATE1,OPEN_PRICE,HIGH_PRICE,LOW_PRICE,LAST_PRICE,CLOSE_PRICE,TTL_TRD_QNTY\n"
-        "2024-01-02,1.5,1.6,1.4,1.56,1.55,10\n"
-    ).replace("DATE1", "DATE")
+        "SYMBOL,SERIES,DATE1,PREV_CLOSE,OPEN_PRICE,HIGH_PRICE,LOW_PRICE,LAST_PRICE,CLOSE_PRICE,"
+        "AVG_PRICE,TTL_TRD_QNTY,TURNOVER_LACS,NO_OF_TRADES,DELIV_QTY,DELIV_PER\n"
+        "INFY,EQ,02-Jan-2024,1.52,1.5,1.6,1.4,1.56,1.55,1.53,10,0.5,3,6,60.0\n"
+    )
     df = load_ohlcv(write(tmp_path, text, "nse.csv"), min_rows=1)
     assert df[["close", "volume"]].iloc[0].tolist() == [1.55, 10.0]
+    assert df.index[0] == pd.Timestamp("2024-01-02")
 
 
 def test_a_space_before_a_volume_suffix(tmp_path):

@@ -166,6 +166,7 @@ _TIMESTAMP_ALIASES = (
     "trading date",
     "day",
     "exchange date",
+    "date1",  # NSE's full bhavcopy (sec_bhavdata_full), one symbol's rows kept
     "日付",
     "日期",
     "дата",
@@ -197,6 +198,7 @@ _DATE_ONLY_ALIASES = (
     "trading date",
     "day",
     "exchange date",
+    "date1",  # NSE's full bhavcopy (sec_bhavdata_full), one symbol's rows kept
     "日付",
     "日期",
     "дата",
@@ -335,14 +337,17 @@ def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> str | None:
     """How column ``at`` of a headerless frame shows itself a price rather than a count, or
     None: it lies inside every bar's low-high range, or it moves with the close (by the same
     factor on the bars where the close moved by 0.1% or more: an adjusted close between
-    dividends). A volume does neither over 20 bars; repeated or constant volumes (tick counts
-    of 1) are no evidence, as the close has to move for the second test to count a bar."""
+    dividends). A volume does neither, by chance, over even three bars (a count landing inside
+    each bar's range of a percent or so, or moving with the close to 0.05%, bar after bar);
+    repeated or constant volumes (tick counts of 1) are no evidence, as the close has to move
+    for the second test to count a bar. (It needed 20 bars: a file of 12 Kraken REST bars had
+    its VWAP read as the volume.)"""
     head = frame.iloc[:2000]
     high, low, close, value = (
         _loose_numbers(head.iloc[:, i]) for i in (open_at + 1, open_at + 2, open_at + 3, at)
     )
     ok = np.isfinite(high) & np.isfinite(low) & np.isfinite(close) & np.isfinite(value)
-    if ok.sum() < 20:
+    if ok.sum() < 3:
         return None
     high, low, close, value = high[ok], low[ok], close[ok], value[ok]
     if np.ptp(value) == 0:  # a constant column (a placeholder volume) is no price
@@ -354,7 +359,7 @@ def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> str | None:
         return None
     moves = np.diff(np.log(close))
     moved = np.abs(moves) >= 1e-3
-    if moved.sum() < 10:
+    if moved.sum() < 3:
         return None
     along = np.abs(np.diff(np.log(value))[moved] - moves[moved]) < 5e-4
     return "moves with the close" if along.mean() > 0.5 else None
