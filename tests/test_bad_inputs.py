@@ -462,6 +462,13 @@ CHECKPOINT_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
         ("replay.actions", "action 7", "0..1"),
     ),
     (
+        "forged-counterfactual-action",  # stored beside the n-step queue (action_augmentation)
+        lambda r: rewrite(
+            r, lambda s, t: t.__setitem__("nstep.0.cf_actions", t["replay.actions"][:1] * 0 + 7)
+        ),
+        ("nstep.0.cf_actions", "action 7"),
+    ),
+    (
         "forged-replay-size",
         lambda r: rewrite(r, lambda s, t: s["replay"].update(size=10**9)),
         ("replay.size", "1000000000"),

@@ -502,6 +502,17 @@ def test_a_checkpoint_skipped_for_a_foreign_file_stops_the_resume_before_it_trai
         session.resume_run(run, total_steps=900, progress=False)
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == files  # untouched
     (newest / "notes.txt").unlink()
+    # A file where a later checkpoint goes blocks too; one past the new total does not.
+    from foxhunt.checkpoint import CheckpointManager
+
+    stray = run / "checkpoints" / "step-000000000800"
+    stray.write_text("x")
+    manager = CheckpointManager(run)
+    assert manager.blocked_after(600, until=900) == [(stray, [])]
+    assert manager.blocked_after(600, until=700) == []
+    with pytest.raises(CheckpointError, match=r"step-000000000800 is a file or a link"):
+        session.resume_run(run, total_steps=900, progress=False)
+    stray.unlink()
     caplog.clear()
     session.resume_run(run, total_steps=900, progress=False)  # from step 600, as it should
     assert "unexpected file" not in caplog.text

@@ -704,13 +704,21 @@ class CheckpointManager:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         return self.checkpoints_dir / f"step-{step:012d}"
 
-    def blocked_after(self, step: int) -> list[tuple[Path, list[str]]]:
-        """Checkpoint directories past ``step`` that a save could not replace (they hold other
-        files), with those files: a run resumed at ``step`` would stop at the first of them."""
+    def blocked_after(self, step: int, until: int | None = None) -> list[tuple[Path, list[str]]]:
+        """Checkpoint names past ``step`` (up to ``until``) that a save could not replace: a
+        file or link, or a directory holding other files (listed). A run resumed at ``step``
+        would stop at the first of them."""
+        if not self.checkpoints_dir.is_dir():
+            return []
         out = []
-        for s, path in self.checkpoints():
-            if s > step and (path.is_symlink() or (foreign := foreign_files(path))):
-                out.append((path, [] if path.is_symlink() else foreign))
+        for entry in sorted(self.checkpoints_dir.iterdir()):
+            m = _STEP_DIR.match(entry.name)
+            if not m or int(m.group(1)) <= step or (until is not None and int(m.group(1)) > until):
+                continue
+            if entry.is_symlink() or not entry.is_dir():
+                out.append((entry, []))
+            elif foreign := foreign_files(entry):
+                out.append((entry, foreign))
         return out
 
     def checkpoints(self) -> list[tuple[int, Path]]:

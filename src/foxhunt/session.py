@@ -439,10 +439,10 @@ def _resume(
         from foxhunt.checkpoint import CheckpointManager
         from foxhunt.errors import CheckpointError
 
-        blocked = CheckpointManager(run_dir).blocked_after(trainer.env_steps)
+        blocked = CheckpointManager(run_dir).blocked_after(trainer.env_steps, until=total)
         if blocked:
             where, extra = blocked[0]
-            what = f"holds {', '.join(map(repr, extra[:3]))}" if extra else "is a link"
+            what = f"holds {', '.join(map(repr, extra[:3]))}" if extra else "is a file or a link"
             raise CheckpointError(
                 f"{where} {what}, which no checkpoint writes: the resume from {path.name} would "
                 "have to replace it; move that out of the way and resume again"

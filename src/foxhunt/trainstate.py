@@ -359,7 +359,9 @@ def _check_state(
             )
     n_actions = trainer.agent.n_actions
     for key, acts in tensors.items():  # an action index past the head: a crash later
-        stored = key == "replay.actions" or (key.startswith("nstep.") and key.endswith(".actions"))
+        stored = key == "replay.actions" or (
+            key.startswith("nstep.") and key.endswith((".actions", ".cf_actions"))
+        )
         if stored and acts.numel() and not acts.is_floating_point():
             bad = (acts < 0) | (acts >= n_actions)
             if bool(bad.any()):

@@ -337,11 +337,11 @@ def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> str | None:
     """How column ``at`` of a headerless frame shows itself a price rather than a count, or
     None: it lies inside every bar's low-high range, or it moves with the close (by the same
     factor on the bars where the close moved by 0.1% or more: an adjusted close between
-    dividends). A volume does neither, by chance, over even three bars (a count landing inside
-    each bar's range of a percent or so, or moving with the close to 0.05%, bar after bar);
-    repeated or constant volumes (tick counts of 1) are no evidence, as the close has to move
-    for the second test to count a bar. (It needed 20 bars: a file of 12 Kraken REST bars had
-    its VWAP read as the volume.)"""
+    dividends). A volume does neither by chance over eight bars (a count inside each bar's
+    range bar after bar: over fewer, a low-priced asset's volume in millions can be) or over
+    three moved bars (moving with the close to 0.05%); repeated or constant volumes (tick counts
+    of 1) are no evidence, as the close has to move for the second test to count a bar. (It
+    needed 20 bars: a file of 12 Kraken REST bars had its VWAP read as the volume.)"""
     head = frame.iloc[:2000]
     high, low, close, value = (
         _loose_numbers(head.iloc[:, i]) for i in (open_at + 1, open_at + 2, open_at + 3, at)
@@ -353,7 +353,7 @@ def _follows_prices(frame: pd.DataFrame, open_at: int, at: int) -> str | None:
     if np.ptp(value) == 0:  # a constant column (a placeholder volume) is no price
         return None
     slack = 1e-9 * np.maximum(np.abs(high), np.abs(low))
-    if np.all((value >= low - slack) & (value <= high + slack)):
+    if len(value) >= 8 and np.all((value >= low - slack) & (value <= high + slack)):
         return "lies within every bar's low-high range"
     if (value <= 0).any() or (close <= 0).any():
         return None
