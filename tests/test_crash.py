@@ -502,15 +502,15 @@ def test_a_checkpoint_skipped_for_a_foreign_file_stops_the_resume_before_it_trai
         session.resume_run(run, total_steps=900, progress=False)
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == files  # untouched
     (newest / "notes.txt").unlink()
-    # A file where a later checkpoint goes blocks too; one past the new total does not.
+    # A file where the resumed run will save blocks too (step 900: the end); one at a step it
+    # never saves at, or past its total, does not (a planted pickle there is skipped).
     from foxhunt.checkpoint import CheckpointManager
 
-    stray = run / "checkpoints" / "step-000000000800"
+    stray = run / "checkpoints" / "step-000000000900"
     stray.write_text("x")
-    manager = CheckpointManager(run)
-    assert manager.blocked_after(600, until=900) == [(stray, [])]
-    assert manager.blocked_after(600, until=700) == []
-    with pytest.raises(CheckpointError, match=r"step-000000000800 is a file or a link"):
+    assert CheckpointManager(run).blocked_after(600, until=900) == [(stray, [])]
+    assert CheckpointManager(run).blocked_after(600, until=850) == []
+    with pytest.raises(CheckpointError, match=r"step-000000000900 is a file or a link"):
         session.resume_run(run, total_steps=900, progress=False)
     stray.unlink()
     caplog.clear()

@@ -804,6 +804,25 @@ def test_a_continued_run_that_trains_no_further_is_not_called_untrained(
         trainer.close()
 
 
+def test_planned_checkpoints_are_where_the_loop_saves() -> None:
+    """What a resume checks before training (nothing in the way of its saves) rests on this."""
+    from foxhunt.trainer import DQNTrainer
+
+    for n_envs, interval, first, total in [(1, 30, 45, 130), (4, 30, 44, 150), (3, 10, 30, 61)]:
+        trainer = DQNTrainer(_hp(n_envs=n_envs, checkpoint_interval=interval), lambda: _Counter())
+        saved: list[int] = []
+        try:
+            trainer.learn(first)
+            trainer._checkpointer = type(
+                "Record", (), {"save": lambda _, t, saved=saved: saved.append(t.env_steps)}
+            )()
+            planned = trainer.planned_checkpoints(total)
+            trainer.learn(total)
+            assert planned == set(saved), (n_envs, interval)
+        finally:
+            trainer.close()
+
+
 def test_evaluation_env_forms_and_their_failures(caplog: pytest.LogCaptureFixture) -> None:
     import threading
 

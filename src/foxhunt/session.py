@@ -434,12 +434,19 @@ def _resume(
                 f"--total-steps must exceed the checkpoint's {trainer.env_steps} env "
                 f"steps, got: {total}"
             )
-        # A later checkpoint directory that was skipped because it holds other files would
-        # stop the run when it comes to save there: say so now, with every file as it was.
+        # Something at a name the resumed run will save a checkpoint under (a later checkpoint
+        # skipped for a file it holds) would stop the run there, after training: say so now,
+        # with every file as it was.
         from foxhunt.checkpoint import CheckpointManager
         from foxhunt.errors import CheckpointError
 
-        blocked = CheckpointManager(run_dir).blocked_after(trainer.env_steps, until=total)
+        manager, saves = CheckpointManager(run_dir), trainer.planned_checkpoints(total)
+        names = {manager.path_for(step).name for step in saves}
+        blocked = [
+            b
+            for b in manager.blocked_after(trainer.env_steps, until=max(saves))
+            if b[0].name in names
+        ]
         if blocked:
             where, extra = blocked[0]
             what = f"holds {', '.join(map(repr, extra[:3]))}" if extra else "is a file or a link"

@@ -1072,6 +1072,21 @@ class DQNTrainer:
             self.health.max_abs_reward = float(mine[2])
         return finite, q_abs_max
 
+    def planned_checkpoints(self, total_env_steps: int) -> set[int]:
+        """The env steps at which ``learn(total_env_steps)`` from here saves checkpoints, by the
+        loop's rule (a stop signal saves wherever it lands, too): after the vector step that
+        reaches each ``checkpoint_interval`` boundary, and at the end."""
+        n, done = self.hp.n_envs, self.env_steps
+        final = final_env_steps(done, total_env_steps, n)
+        steps, previous, boundary = {final}, done, self._next_ckpt
+        while math.isfinite(boundary):
+            at = max(previous + n, done + -(-(int(boundary) - done) // n) * n)
+            if at > final:
+                break
+            steps.add(at)
+            previous, boundary = at, boundary + self.hp.checkpoint_interval
+        return steps
+
     def close(self) -> None:
         """Close environments and sinks. Async envs left waiting on a call that failed in this
         process (Gymnasium gathering their infos) are terminated: a plain close would wait for
