@@ -44,7 +44,7 @@ import stat
 import struct
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -704,21 +704,15 @@ class CheckpointManager:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         return self.checkpoints_dir / f"step-{step:012d}"
 
-    def blocked_after(self, step: int, until: int | None = None) -> list[tuple[Path, list[str]]]:
-        """Checkpoint names past ``step`` (up to ``until``) that a save could not replace: a
-        file or link, or a directory holding other files (listed). A run resumed at ``step``
-        would stop at the first of them."""
-        if not self.checkpoints_dir.is_dir():
-            return []
+    def blocked(self, steps: Iterable[int]) -> list[tuple[Path, list[str]]]:
+        """The checkpoint names of ``steps`` that a save could not replace (a file or link, or
+        a directory holding other files, listed): a run saving there would stop at the first."""
         out = []
-        for entry in sorted(self.checkpoints_dir.iterdir()):
-            m = _STEP_DIR.match(entry.name)
-            if not m or int(m.group(1)) <= step or (until is not None and int(m.group(1)) > until):
-                continue
-            if entry.is_symlink() or not entry.is_dir():
-                out.append((entry, []))
-            elif foreign := foreign_files(entry):
-                out.append((entry, foreign))
+        for step in sorted(steps):
+            path = self.path_for(step)
+            if (path.exists() or path.is_symlink()) and not _replaceable(path):
+                plain_dir = path.is_dir() and not path.is_symlink()
+                out.append((path, foreign_files(path) if plain_dir else []))
         return out
 
     def checkpoints(self) -> list[tuple[int, Path]]:

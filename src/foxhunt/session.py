@@ -440,13 +440,7 @@ def _resume(
         from foxhunt.checkpoint import CheckpointManager
         from foxhunt.errors import CheckpointError
 
-        manager, saves = CheckpointManager(run_dir), trainer.planned_checkpoints(total)
-        names = {manager.path_for(step).name for step in saves}
-        blocked = [
-            b
-            for b in manager.blocked_after(trainer.env_steps, until=max(saves))
-            if b[0].name in names
-        ]
+        blocked = CheckpointManager(run_dir).blocked(trainer.planned_checkpoints(total))
         if blocked:
             where, extra = blocked[0]
             what = f"holds {', '.join(map(repr, extra[:3]))}" if extra else "is a file or a link"

@@ -626,16 +626,17 @@ class DQNTrainer:
         observations says "Output array is the wrong shape", with no word of the space or the
         step.)"""
         message = first_line(exc)
+        frames = traceback.extract_tb(exc.__traceback__)
         if isinstance(exc, ValueError) and "values to unpack" in message:
             hint = (
                 "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
                 "terminated, truncated, info); an old Gym env returns other tuples"
             )
         elif message.startswith("rewards of shape") or any(
-            "_rewards[" in (f.line or "") for f in traceback.extract_tb(exc.__traceback__)
+            "_rewards[" in (f.line or "") for f in frames
         ):
             hint = "a step's reward must be one number (a float), not an array"
-        elif "_add_info" in {f.name for f in traceback.extract_tb(exc.__traceback__)}:
+        elif any(f.name == "_add_info" for f in frames):
             hint = (
                 "raised where Gymnasium gathers the sub-envs' info dicts: an info value whose "
                 "shape or type differs between sub-envs or steps fails this way; give each info "
@@ -1093,11 +1094,8 @@ class DQNTrainer:
         that call's answer, already received, forever."""
         from gymnasium.vector.async_vector_env import AsyncState, AsyncVectorEnv
 
-        vec = self.envs
-        while not isinstance(vec, AsyncVectorEnv) and hasattr(vec, "env"):  # vector wrappers
-            vec = vec.env
-        pending = isinstance(vec, AsyncVectorEnv) and vec._state != AsyncState.DEFAULT
-        if pending:
+        vec = self.envs.unwrapped
+        if isinstance(vec, AsyncVectorEnv) and vec._state != AsyncState.DEFAULT:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Calling `close` while waiting ...": we know
                 vec.close(terminate=True)

@@ -1263,7 +1263,7 @@ def _leading_unit_rows(
 
 @contextlib.contextmanager
 def _silenced() -> Iterator[None]:
-    """This module's warnings held back, for a parse that only probes (or repeats)."""
+    """This module's warnings held back, for a parse that only probes."""
     was = log.disabled
     log.disabled = True
     try:
@@ -1354,9 +1354,8 @@ def _clock_times(times: pd.Series, label: str, column: str) -> pd.Series:
     """A time-of-day column as HH:MM[:SS] text. Digits only (often read as integers, leading
     zeros lost) are HHMM when every value fits HHMM (930 is 09:30), else HHMMSS (93000); 0-23
     alone are hours (hourly bars, or daily bars stamped 16 for the close), not minutes after
-    midnight. Durations (a SQL TIME
-    read by pandas) and fractions of a day (an Excel time cell in General format: 0.395833
-    is 09:30) are times since midnight."""
+    midnight. Durations (a SQL TIME read by pandas) and fractions of a day (an Excel time cell
+    in General format: 0.395833 is 09:30) are times since midnight."""
     if pd.api.types.is_timedelta64_dtype(times.dtype) or (
         pd.api.types.is_float_dtype(times.dtype)
         and len(times.dropna())
@@ -1819,11 +1818,16 @@ def _four_digit_years_first(text: pd.Series) -> pd.Series:
     return text.str.replace(_YEAR_FIRST, widen, n=1, regex=True)
 
 
+def _steps(stamps: pd.DatetimeIndex) -> np.ndarray:
+    """The time between neighbouring rows, in either direction (ns, float)."""
+    return np.abs(np.diff(stamps.asi8)).astype(np.float64)
+
+
 def _spacing_spread(stamps: pd.DatetimeIndex) -> float:
     """How irregular the gaps between bars are: the mean absolute log of each gap over the
     median gap (0 for a steady pace; ten years of month starts score 0.02, weekday bars 0.22,
     days 1-12 of each month read month-first 0.44)."""
-    gaps = np.abs(np.diff(stamps.asi8)).astype(np.float64)
+    gaps = _steps(stamps)
     gaps = gaps[gaps > 0]
     if not len(gaps):
         return 0.0
@@ -1831,15 +1835,15 @@ def _spacing_spread(stamps: pd.DatetimeIndex) -> float:
 
 
 def _median_step(stamps: pd.DatetimeIndex) -> float:
-    """The usual time between neighbouring rows, in either direction (ns)."""
-    steps = np.abs(np.diff(stamps.asi8)).astype(np.float64)
+    """The usual time between neighbouring rows, in either direction (ns; 0 for one row)."""
+    steps = _steps(stamps)
     return float(np.median(steps)) if len(steps) else 0.0
 
 
 def _gap_ratio(stamps: pd.DatetimeIndex) -> float:
     """The largest step between bars over the median step (1 for a steady pace; 0 when there
     are no steps)."""
-    gaps = np.abs(np.diff(stamps.asi8)).astype(np.float64)
+    gaps = _steps(stamps)
     gaps = gaps[gaps > 0]
     return float(gaps.max() / np.median(gaps)) if len(gaps) else 0.0
 
@@ -1930,13 +1934,10 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                 name, sorted_reading = ordered[0]
                 if name.startswith("%y"):
                     pace = _median_step(sorted_reading)
-                    closer = [
-                        r
-                        for r in readings
-                        if not r[0].startswith("%y") and 20 * _median_step(r[1]) < pace
-                    ]
-                    if closer:
-                        return min(closer, key=lambda r: _median_step(r[1]))[1]
+                    paces = [(_median_step(r), r) for n, r in readings if not n.startswith("%y")]
+                    closer = min(paces, key=lambda p: p[0], default=None)
+                    if closer is not None and 20 * closer[0] < pace:
+                        return closer[1]
                 return sorted_reading
             if len(ordered) > 1:
                 # All sorted (bars dated the 1st, or days 1-12 only): bars come at a steady
@@ -2164,15 +2165,16 @@ def load_ohlcv(source: str | Path | pd.DataFrame, *, min_rows: int = 2) -> pd.Da
     if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
         raise ConfigError(f"min_rows must be a positive integer, got {min_rows!r}")
     # A frame this function returned, passed back in unchanged (evaluate --data, prepare_market
-    # on a loaded file), is checked again but not warned about twice; an edited one is warned
-    # about as any other.
-    again = (
+    # on a loaded file), was checked then: it is returned as it is, not validated (and warned
+    # about) twice. An edited one is checked as any other.
+    if (
         isinstance(source, pd.DataFrame)
         and source.attrs.get(_VALIDATED) is not None
-        and source.attrs.get(_VALIDATED) == _fingerprint(source)
-    )
-    with _silenced() if again else contextlib.nullcontext():
-        out = _load_ohlcv(source, min_rows)
+        and source.attrs[_VALIDATED] == _fingerprint(source)
+        and len(source) >= min_rows
+    ):
+        return source.copy()
+    out = _load_ohlcv(source, min_rows)
     out.attrs[_VALIDATED] = _fingerprint(out)
     return out
 
