@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from fractions import Fraction
@@ -347,6 +348,32 @@ def test_regime_rule_without_a_detector_opinion_stays_flat():
     assert bt.regime_rule_positions(reference, cfg) == {}
     res = bt.regime_rule(test, cfg, reference)
     assert np.all(res.positions == 0.0) and res.metrics["total_log_return"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("positions", "initial", "neutral"),
+    [
+        ((-1.0, 1.0), None, -1.0),
+        ((-1.0, 1.0), 1, 1.0),
+        ((1.0, -1.0), None, 1.0),
+        ((0.5, -0.5, 1.0), 1, -0.5),
+        ((-1.0, 0.0, 1.0), 2, 0.0),
+    ],
+)
+def test_baselines_without_a_view_hold_the_start_when_no_one_position_is_nearest_flat(
+    positions, initial, neutral
+):
+    """Long/short only has no flat: a baseline with no view holds the starting position (no
+    cost to stay) rather than whichever tied position happened to be listed first."""
+    reference, test = regime_market(200, seed=0), regime_market(100, seed=1)
+    reference.regime_probs[:] = 0.5
+    test.regime_probs[:] = 0.5
+    cfg = TradingEnvConfig(window=5, positions=positions, initial_position=initial)
+    assert cfg.neutral_value == neutral
+    res = bt.regime_rule(test, cfg, reference)
+    assert np.all(res.positions == neutral)
+    unseen = dataclasses.replace(test, true_regimes=np.full(len(test), 7))  # not in reference
+    assert np.all(bt.regime_oracle(unseen, cfg, reference).positions == neutral)
 
 
 def test_regime_rule_holds_each_detector_states_training_direction_causally():

@@ -718,3 +718,14 @@ def test_intact_model_still_evaluates(cli: ForkedCli, trained: Path, tmp_path: P
     shutil.copytree(trained, run)
     res = cli("evaluate", str(run), "--episodes", "1", cwd=tmp_path)
     assert res.code == 0, res.stderr
+
+
+def test_an_edited_trading_section_is_refused_naming_config_yaml(tmp_path: Path) -> None:
+    """The trading section stays a plain dict in the RunSpec; a bad value written into a run's
+    config.yaml was reported without the file it came from."""
+    from foxhunt.errors import ConfigError
+    from foxhunt.runs import RunSpec, load_spec
+
+    (tmp_path / "config.yaml").write_text(RunSpec(trading={"cost_bps": -3}).to_yaml())
+    with pytest.raises(ConfigError, match=r"config\.yaml: trading\.cost_bps.*-3"):
+        load_spec(tmp_path)

@@ -259,8 +259,8 @@ def test_manifest_errors_name_the_file(tmp_path):
     (tmp_path / "ensemble.json").write_text(json.dumps({"format": "other", "format_version": 1}))
     with pytest.raises(FoxhuntError, match="unknown ensemble format 'other'"):
         read_manifest(tmp_path)
-    with pytest.raises(FoxhuntError, match="no trained model"):
-        QEnsemble.from_run_dirs([tmp_path])
+    with pytest.raises(FoxhuntError, match=r"is an ensemble: foxhunt\.QEnsemble\.load"):
+        QEnsemble.from_run_dirs([tmp_path])  # a member given as the ensemble's own directory
 
 
 # --- a trained trading ensemble -------------------------------------------------------------------
@@ -685,3 +685,42 @@ def test_the_default_fallback_is_the_one_position_nearest_flat() -> None:
     assert flat_action([-1.0, 1.0], None) is None  # no limit, no fallback
     with pytest.raises(ConfigError, match=r"positions \[-1.0, 1.0\] have no one position"):
         flat_action([-1.0, 1.0], 0.1)  # short or long: the user's choice
+
+
+def test_python_calls_on_an_ensemble_or_search_directory_name_the_call_that_takes_it(
+    trading_ensemble: Path, tmp_path: Path
+) -> None:
+    """The CLI dispatches these; from Python they said "no trained model" or "no checkpoint",
+    pointing the user the wrong way."""
+    import foxhunt
+    from foxhunt.runs import load_model
+
+    for call, needle in (
+        (lambda d: foxhunt.evaluate_run(d), "foxhunt.evaluate_ensemble"),
+        (lambda d: load_model(d), "foxhunt.QEnsemble.load"),
+        (lambda d: foxhunt.resume_run(d, verbose=False), "foxhunt.resume_ensemble"),
+    ):
+        with pytest.raises(ConfigError, match=rf"is an ensemble: {needle}"):
+            call(trading_ensemble)
+    search = tmp_path / "search"
+    search.mkdir()
+    (search / "study.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"hyperparameter search's results, not a run"):
+        foxhunt.evaluate_run(search)
+
+
+@pytest.mark.parametrize("wrong", [DQNHyperparameters(), "CartPole-v1", {"env": "CartPole-v1"}])
+def test_entry_points_refuse_a_spec_that_is_not_a_runspec_by_name(wrong: Any, tmp_path) -> None:
+    """An SB3 user passes the hyperparameters; it failed deep inside with an AttributeError."""
+    import foxhunt
+
+    for call in (
+        lambda: foxhunt.train_run(wrong, tmp_path / "a", verbose=False),
+        lambda: train_ensemble(wrong, tmp_path / "b", n_members=2, verbose=False),
+        lambda: foxhunt.run_hyperopt(wrong, run_dir=tmp_path / "c", n_trials=1),
+    ):
+        with pytest.raises(
+            ConfigError, match=rf"spec must be a RunSpec, got: {type(wrong).__name__}"
+        ):
+            call()
+    assert not any(tmp_path.iterdir())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import ClassVar
 
 import gymnasium as gym
@@ -82,6 +83,28 @@ def test_a_users_env_with_a_state_attribute_is_not_captured_by_guess() -> None:
 def test_bad_ids_name_the_env(env_id: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         make_gym_env(env_id)
+
+
+def test_an_env_registered_by_user_code_is_rebuilt_through_module_colon_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """resume/evaluate rebuild the env from its id in a new process, where the script's
+    gym.register never ran: the error says to give 'module:Id', and that form works."""
+    from foxhunt.runs import build_spec
+
+    (tmp_path / "foxhunt_user_envs.py").write_text(
+        "import gymnasium as gym\n"
+        "gym.register('FoxhuntUserCartPole-v0', entry_point='gymnasium.envs.classic_control:"
+        "CartPoleEnv', max_episode_steps=50)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"give it as 'your_module:YourEnv-v0'"):
+        make_gym_env("FoxhuntUserCartPole-v0")
+    env = make_gym_env("foxhunt_user_envs:FoxhuntUserCartPole-v0")
+    assert env.spec is not None and env.spec.max_episode_steps == 50
+    with pytest.raises(ConfigError, match=r"env must be a Gymnasium id \(a string\), got: "):
+        build_spec(env=env)  # type: ignore[arg-type]
+    env.close()
 
 
 def test_frozen_lake_trains() -> None:
@@ -663,6 +686,8 @@ def test_an_observation_that_does_not_fit_the_space_is_one_line(when: str) -> No
         ("ragged_obs", "inhomogeneous shape after 1 dimensions"),
         ("old_reset", "takes the keywords seed and options"),
         ("gym_error", "DependencyNotInstalled: pygame is not installed (raised by Gymnasium"),
+        ("none_info_reset", "info a dict"),  # Gymnasium's AttributeError: no attribute 'items'
+        ("none_info_step", "info a dict"),
     ],
 )
 def test_an_env_that_breaks_the_gymnasium_api_is_one_line(broken: str, needle: str) -> None:
@@ -674,12 +699,14 @@ def test_an_env_that_breaks_the_gymnasium_api_is_one_line(broken: str, needle: s
             if broken == "gym_error":  # what env_kwargs.render_mode=human does without pygame
                 raise gym.error.DependencyNotInstalled("pygame is not installed")
             obs, info = super().reset(seed=seed)
-            return obs if broken == "obs_only_reset" else (obs, info)
+            return obs if broken == "obs_only_reset" else (obs, None if "reset" in broken else info)
 
         def step(self, action):  # type: ignore[no-untyped-def]
             obs, reward, term, trunc, info = super().step(action)
             if broken == "four_tuple":
                 return obs, reward, term or trunc, info
+            if broken == "none_info_step":
+                return obs, reward, term, trunc, None
             bad = {
                 "text_obs": np.array(["x"] * len(obs)),
                 "none_obs": None,

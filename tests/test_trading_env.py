@@ -212,6 +212,28 @@ def test_bankruptcy_terminates_with_large_negative_reward():
     assert r1 == BANKRUPTCY_REWARD and info["equity"] == 0.0
 
 
+def test_a_move_too_large_for_a_float_is_refused_by_row():
+    """1e-200 -> 1e200 overflows the bar's return to inf, and a flat position's 0 * inf (NaN)
+    read as a wipe-out: refuse the market instead of bankrupting a flat account."""
+    close = [1.0, 1e-200, 1e200, 1.0, 1.0]
+    with pytest.raises(DataError, match=r"close: row 2 .* too large"):
+        TradingEnv(make_market(close=close), TradingEnvConfig(window=1))
+
+
+@pytest.mark.parametrize("fall", [0.5, 0.499999, 0.49999999])
+def test_a_near_wipe_out_is_never_rewarded_below_bankruptcy(fall):
+    """2x long through a ~50% fall keeps a sliver of equity at most: its reward must not be
+    worse than going bust (log(2e-6) = -13 < -10 paid the agent for bankruptcy)."""
+    close = [100.0, 100.0, 100.0 * (1 - fall), 50.0, 60.0]
+    config = TradingEnvConfig(window=1, positions=(0.0, 2.0), cost_bps=0.0, slippage_bps=0.0)
+    env = TradingEnv(make_market(close=close), config, eval_mode=True)
+    env.reset()
+    env.step(1)
+    _, reward, terminated, _, info = env.step(1)
+    assert reward >= BANKRUPTCY_REWARD
+    assert terminated and info["bankrupt"] and info["equity"] == 0.0
+
+
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [

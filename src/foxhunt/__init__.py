@@ -36,10 +36,12 @@ _LAZY = {
     "run_hyperopt": "foxhunt.hyperopt",
     "load_model": "foxhunt.runs",
     "build_spec": "foxhunt.runs",
+    "RunSpec": "foxhunt.runs",
     "train_run": "foxhunt.session",
     "resume_run": "foxhunt.session",
     "train_ensemble": "foxhunt.ensemble",
     "evaluate_ensemble": "foxhunt.ensemble",
+    "resume_ensemble": "foxhunt.ensemble",
     "evaluate_run": "foxhunt.session",
     "next_position": "foxhunt.session",
     "walk_forward_runs": "foxhunt.session",
@@ -51,7 +53,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from foxhunt.batch import Batch
     from foxhunt.config import DQNHyperparameters
-    from foxhunt.ensemble import QEnsemble, evaluate_ensemble, train_ensemble
+    from foxhunt.ensemble import QEnsemble, evaluate_ensemble, resume_ensemble, train_ensemble
     from foxhunt.envs.trading import TradingEnv, TradingEnvConfig
     from foxhunt.hyperopt import run_hyperopt
     from foxhunt.learner import DQNAgent, GradientStats
@@ -60,7 +62,7 @@ if TYPE_CHECKING:
     from foxhunt.markets.pipeline import prepare_market
     from foxhunt.networks import QNetwork, RegimeConditionalDQN
     from foxhunt.replay import PrioritizedReplayBuffer, ReplayBuffer
-    from foxhunt.runs import build_spec, load_model
+    from foxhunt.runs import RunSpec, build_spec, load_model
     from foxhunt.session import (
         evaluate_run,
         next_position,
@@ -97,6 +99,7 @@ __all__ = [
     "QNetwork",
     "RegimeConditionalDQN",
     "ReplayBuffer",
+    "RunSpec",
     "TradingEnv",
     "TradingEnvConfig",
     "TrainingHalted",
@@ -108,6 +111,7 @@ __all__ = [
     "load_ohlcv",
     "next_position",
     "prepare_market",
+    "resume_ensemble",
     "resume_run",
     "run_hyperopt",
     "train_ensemble",

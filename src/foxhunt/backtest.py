@@ -603,11 +603,11 @@ def _positions_by_label(
     position is worth taking when the expected gain over a visit beats entering and leaving it,
     ``|m_k| * d_k > 2 * cost_rate``: long at ``max(positions)`` when ``m_k`` is positive, short at
     ``min(positions)`` when negative and the action set has a short, otherwise the position
-    closest to flat.
+    closest to flat (:attr:`TradingEnvConfig.neutral_value`).
     """
     run_labels, run_lengths = _run_lengths(labels)
     longest, shortest = max(config.positions), min(config.positions)
-    neutral = min(config.positions, key=abs)
+    neutral = config.neutral_value
     choice: dict[int, float] = {}
     for k in np.unique(labels):
         mean = float(rets[labels == k].mean())
@@ -635,7 +635,7 @@ def oracle_positions(reference: MarketArrays, config: TradingEnvConfig) -> dict[
     The regime of bar ``t + 1`` decides the position held from ``t`` to ``t + 1`` (the oracle
     sees it coming), by :func:`_positions_by_label`'s rule: hold a regime's direction when its
     mean return over a mean visit beats a round trip's cost. Regimes unseen in the reference
-    stay flat.
+    take the neutral position (:attr:`TradingEnvConfig.neutral_value`).
     """
     if reference.true_regimes is None:
         raise DataError(
@@ -683,8 +683,8 @@ def regime_rule(
     ``reference``, never the span being tested.
     """
     choice = regime_rule_positions(reference, config)
-    neutral = min(config.positions, key=abs)
-    states = _detected_states(market)  # no opinion (-1): flat
+    neutral = config.neutral_value
+    states = _detected_states(market)  # no opinion (-1): the neutral position
     per_bar = np.array([choice.get(int(k), neutral) for k in states], dtype=np.float64)
     return simulate_positions(
         market, per_bar, config, "regime rule", periods_per_year=periods_per_year
@@ -710,7 +710,7 @@ def regime_oracle(
     if market.true_regimes is None:
         raise DataError("market.true_regimes: None; the regime oracle needs ground-truth regimes")
     choice = oracle_positions(reference, config)
-    neutral = min(config.positions, key=abs)
+    neutral = config.neutral_value
     upcoming = np.asarray(market.true_regimes, dtype=np.int64)[1:]
     per_bar = np.full(len(market), neutral)
     per_bar[:-1] = [choice.get(int(k), neutral) for k in upcoming]

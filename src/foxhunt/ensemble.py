@@ -33,7 +33,7 @@ import torch
 from foxhunt._io import atomic_write_text, read_json_object
 from foxhunt.errors import ConfigError, DataError, FoxhuntError
 from foxhunt.learner import DQNAgent
-from foxhunt.runs import DATA_FILE, RunSpec, data_path, load_model, load_spec
+from foxhunt.runs import DATA_FILE, RunSpec, data_path, load_model, load_spec, require_spec
 
 log = logging.getLogger("foxhunt.ensemble")
 
@@ -384,6 +384,7 @@ def train_ensemble(
     """
     from foxhunt.session import caller_state
 
+    require_spec(spec)
     with caller_state(verbose):
         return _train_ensemble(spec, Path(run_dir), n_members, progress, before_write)
 

@@ -35,7 +35,7 @@ import optuna
 from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line
-from foxhunt.runs import RunSpec, make_envs
+from foxhunt.runs import RunSpec, make_envs, require_spec
 from foxhunt.trainer import DQNTrainer, final_env_steps, planned_updates
 
 log = logging.getLogger("foxhunt.hyperopt")
@@ -588,6 +588,7 @@ def run_hyperopt(
     ``best_config.yaml`` describe the best trial of the whole study. Files in ``run_dir``
     (``best_config.yaml``, ``trials.csv``) are written atomically.
     """
+    require_spec(spec)
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials <= 0:
         raise ConfigError(f"n_trials must be a positive integer, got: {n_trials!r}")
     bad_seed = isinstance(sampler_seed, bool) or not isinstance(sampler_seed, int | None)

@@ -213,6 +213,36 @@ def data_path(data: object, name: str = "data") -> str | None:
     return str(data)
 
 
+def require_spec(spec: Any) -> RunSpec:
+    """A public entry point's ``spec`` argument, refused by name unless it is a RunSpec (a
+    DQNHyperparameters, an env id or a dict otherwise failed with an AttributeError)."""
+    if not isinstance(spec, RunSpec):
+        hint = (
+            ": foxhunt.build_spec(env=..., overrides=hp.to_dict()) makes one from it"
+            if type(spec).__name__ == "DQNHyperparameters"
+            else ": make one with foxhunt.build_spec(env=..., data=..., overrides=...)"
+        )
+        raise ConfigError(f"spec must be a RunSpec, got: {type(spec).__name__}{hint}")
+    return spec
+
+
+def refuse_other_dir(run_dir: Path, python_call: str) -> None:
+    """A Python entry point given an ensemble or a hyperparameter search's directory says what
+    it holds and which call takes it (the CLI dispatches or explains these; Python said "no
+    trained model" or "no checkpoint")."""
+    if (run_dir / "study.json").is_file() and not (run_dir / "config.yaml").exists():
+        raise ConfigError(
+            f"{run_dir} holds a hyperparameter search's results, not a run: "
+            f"foxhunt.build_spec(config_file='{run_dir / 'best_config.yaml'}', ...) and "
+            "foxhunt.train_run train its best configuration"
+        )
+    if (run_dir / "ensemble.json").is_file():  # one stopped part way: load_spec says so
+        raise ConfigError(
+            f"{run_dir} is an ensemble: {python_call} (or use a member's run, "
+            f"{run_dir / 'member-0'})"
+        )
+
+
 def build_spec(
     *,
     env: str | None = None,
@@ -229,6 +259,12 @@ def build_spec(
     holds either a flat mapping of hyperparameters or sections ``hyperparameters``, ``env``,
     ``env_kwargs``, ``market``, ``trading`` and ``total_env_steps``.
     """
+    if env is not None and not isinstance(env, str):
+        raise ConfigError(
+            f"env must be a Gymnasium id (a string), got: {type(env).__name__}: a run directory "
+            "rebuilds its env from the id (register yours with gymnasium.register); to train an "
+            "env object directly, use foxhunt.DQNTrainer(hyperparameters, env)"
+        )
     overrides = dict(overrides or {})
     data = data_path(data, "data")
     for section in ("env_kwargs", "market", "trading"):  # --set 'env_kwargs={map_name: 8x8}'
@@ -407,10 +443,13 @@ def load_spec(run_dir: Path) -> RunSpec:
         raise FoxhuntError(f"not a foxhunt run directory (no config.yaml): {run_dir}")
     data = load_config_dict(path, flatten=False)
     try:
-        return RunSpec(**data)
+        spec = RunSpec(**data)
+        if spec.is_trading:  # the trading section is a plain dict until its env is built
+            spec.trading_config()
     except (ValidationError, ConfigError) as err:
         msg = _format_validation_error(err) if isinstance(err, ValidationError) else str(err)
         raise ConfigError(f"{path}: {msg}") from None
+    return spec
 
 
 # --- environments
@@ -1027,6 +1066,7 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
     if not run_dir.is_dir():
         what = "is a file, not a run directory" if run_dir.exists() else "run directory not found"
         raise FoxhuntError(f"{run_dir}: {what}")
+    refuse_other_dir(run_dir, "foxhunt.QEnsemble.load(run_dir) loads it")
     if which == "latest":
         from foxhunt.session import checkpoint_agent
 

@@ -33,6 +33,8 @@ from foxhunt.runs import (
     make_envs,
     model_policy,
     read_data_record,
+    refuse_other_dir,
+    require_spec,
     save_model,
     summary_env_steps,
     write_data_record,
@@ -516,6 +518,7 @@ def train_run(
     :func:`evaluate_run` work on it: the trading pipeline (market, regimes, splits, costs)
     from Python. ``progress``: the live display; ``verbose``: the run line and the summary
     table (warnings are logged either way). Returns the training summary."""
+    require_spec(spec)
     run_dir = Path(run_dir)
     require_new_dir(run_dir, "run_dir")
     with caller_state(verbose):
@@ -530,6 +533,9 @@ def resume_run(
     verbose: bool = True,
 ) -> dict[str, Any]:
     """Continue a run from its latest checkpoint (``foxhunt resume`` from Python)."""
+    refuse_other_dir(
+        Path(run_dir), "foxhunt.resume_ensemble(run_dir) finishes one stopped part way"
+    )
     with caller_state(verbose):
         return resume_training(Path(run_dir), total_steps=total_steps, progress=progress)
 
@@ -565,6 +571,7 @@ def walk_forward_runs(
     from foxhunt.markets.data import walk_forward
     from foxhunt.runs import MarketSpec, build_trading, load_market_frame
 
+    require_spec(spec)
     if not spec.is_trading:
         raise ConfigError(f"walk_forward_runs is for trading runs; got env {spec.env!r}")
     run_root = Path(run_root)
@@ -815,11 +822,13 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run.
 
-    ``model`` picks the best-evaluated weights (model selection on the validation span) or the
-    final ones. ``data`` and ``split`` (default test) apply to trading runs only, ``episodes``
+    ``model`` picks the final weights (``"final"``), the best-evaluated ones (``"best"``: model
+    selection on the validation span) or the newest checkpoint's (``"latest"``: a run still
+    training or stopped part way). ``data`` and ``split`` (default test) apply to trading runs only, ``episodes``
     (default 10) to Gymnasium runs only: a run refuses what does not apply rather than ignore it.
     """
     run_dir = Path(run_dir)
+    refuse_other_dir(run_dir, "foxhunt.evaluate_ensemble(run_dir) evaluates it")
     spec = load_spec(run_dir)
     episodes = check_evaluation_options(spec, run_dir, data=data, split=split, episodes=episodes)
     data = data_path(data)

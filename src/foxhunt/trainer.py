@@ -327,6 +327,10 @@ class DQNTrainer:
                 "hyperparameters must be DQNHyperparameters or a mapping of its fields, got: "
                 f"{type(hyperparameters).__name__}"
             )
+        if logger is not None and not callable(getattr(logger, "log", None)):
+            raise ConfigError(  # else an AttributeError at the first logged row, mid-training
+                f"logger must have a log(row) method, got: {type(logger).__name__}"
+            )
         hp = hyperparameters
         self.hp = hp
         seed_everything(hp.seed)  # as SB3 does: Python's, NumPy's and torch's global RNGs
@@ -636,6 +640,11 @@ class DQNTrainer:
             "_rewards[" in (f.line or "") for f in frames
         ):
             hint = "a step's reward must be one number (a float), not an array"
+        elif isinstance(exc, AttributeError) and "attribute 'items'" in message:
+            hint = (
+                "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
+                "terminated, truncated, info), info a dict; an old Gym env returns other tuples"
+            )
         elif any(f.name == "_add_info" for f in frames):
             hint = (
                 "raised where Gymnasium gathers the sub-envs' info dicts: an info value whose "
@@ -662,7 +671,7 @@ class DQNTrainer:
             self._obs = np.asarray(obs, dtype=np.float32)
         except FoxhuntError:
             raise
-        except (ValueError, TypeError, gym.error.Error) as exc:
+        except (ValueError, TypeError, AttributeError, gym.error.Error) as exc:
             self._raise_env_error(exc, "reset")
         self.health.check_env_step(self._obs, np.zeros(self.hp.n_envs), self.env_steps)
 
@@ -693,7 +702,7 @@ class DQNTrainer:
                     real_next[i] = np.asarray(final[i], dtype=np.float32)
         except FoxhuntError:
             raise
-        except (ValueError, TypeError, gym.error.Error) as exc:
+        except (ValueError, TypeError, AttributeError, gym.error.Error) as exc:
             self._raise_env_error(exc, "step")
         self.health.check_env_step(real_next, rewards, self.env_steps + hp.n_envs)
         if any_ended:  # the autoreset observations start the next episodes: check them too

@@ -225,8 +225,18 @@ def _make(env_id: str, name: str, kwargs: dict[str, Any] | None) -> gym.Env:
     except gym.error.DeprecatedEnv as err:
         raise ConfigError(f"{name} {env_id!r}: {first_line(err)}") from None
     except gym.error.Error as err:
+        # A run is rebuilt from its id in a new process (resume, evaluate), where a script's
+        # gym.register call has not run: Gymnasium's "module:Id" form imports the module first.
+        hint = (
+            ""
+            if ":" in env_id
+            else (
+                "; an env your code registers: give it as 'your_module:YourEnv-v0' so the module "
+                "is imported wherever the run is rebuilt"
+            )
+        )
         raise ConfigError(
-            f"{name} must be a registered Gymnasium id, got: {env_id!r} ({first_line(err)})"
+            f"{name} must be a registered Gymnasium id, got: {env_id!r} ({first_line(err)}){hint}"
         ) from None
     except (TypeError, ValueError, LookupError, AssertionError) as err:
         # With keyword arguments given, the errors a constructor raises on a bad argument are

@@ -39,11 +39,17 @@ MAX_LEVERAGE = 5.0
 """Largest |target position| allowed; beyond it one bar's move can wipe out the account."""
 
 BANKRUPTCY_REWARD = -10.0
-"""Reward for a step whose gross equity growth is <= 0 (equity wiped out): the episode terminates.
+"""Reward for a step that wipes the equity out: the episode terminates.
 
-A log return is undefined there; -10 (equity x 4.5e-5) is far below any survivable bar yet finite,
-so TD targets stay bounded. Reported equity becomes exactly 0.
+A log return is undefined at growth 0; -10 (equity x 4.5e-5) is finite, so TD targets stay
+bounded. Reported equity becomes exactly 0.
 """
+
+WIPEOUT_GROWTH = math.exp(BANKRUPTCY_REWARD)
+"""One bar's equity growth at or below which the account counts as wiped out. A leveraged bar
+can keep a sliver of equity (2 x a 49.9999% fall keeps 2e-6): its log return (-13) would be a
+worse reward than bankruptcy's -10, so an agent would be paid for going bust instead. Treating
+such a bar as the wipe-out it nearly is keeps every survivable bar's reward above -10."""
 
 
 def _one_line(exc: ValidationError, model: str) -> str:
@@ -140,22 +146,35 @@ class TradingEnvConfig(BaseModel):
         """The starting position itself (fraction of equity)."""
         return self.positions[self.initial_index]
 
+    @property
+    def neutral_value(self) -> float:
+        """The position a baseline holds where it has no view: the one nearest flat. Where two
+        are equally near (long/short only, ``(-1, 1)``), the starting position if it is one of
+        them, so the baseline does not pay to leave it; else the first listed."""
+        nearest = min(abs(p) for p in self.positions)
+        tied = [p for p in self.positions if abs(p) == nearest]
+        return self.initial_value if self.initial_value in tied else tied[0]
+
 
 def step_growth(old: Any, new: Any, market_return: Any, cost_rate: float) -> tuple[Any, Any]:
     """(cost, gross equity growth) of moving ``old -> new`` and holding over one bar.
 
     Works on floats or numpy arrays alike so the env and the vectorised backtest share one
     formula. ``growth <= 0`` means the account is wiped out (see :data:`BANKRUPTCY_REWARD`): that
-    happens when the cost takes all equity *or* the bar's move does, and the growth is then
-    exactly 0. The product of the two factors alone would not say so: a cost above equity
-    (factor < 0) times a move that also wipes the position out (factor < 0) is positive.
+    happens when the cost takes all equity *or* the bar's move does (to within
+    :data:`WIPEOUT_GROWTH`), and the growth is then exactly 0. The product of the two factors
+    alone would not say so: a cost above equity (factor < 0) times a move that also wipes the
+    position out (factor < 0) is positive.
     """
     cost = abs(new - old) * cost_rate
     keep = 1.0 - cost  # equity left after paying the cost
     gross = 1.0 + new * market_return  # growth of what is left over the bar
     if np.ndim(keep) == 0 and np.ndim(gross) == 0:
-        return cost, (keep * gross if keep > 0.0 and gross > 0.0 else 0.0)
-    return cost, np.where((keep > 0.0) & (gross > 0.0), keep * gross, 0.0)
+        alive = keep > 0.0 and gross > 0.0 and keep * gross > WIPEOUT_GROWTH
+        return cost, (keep * gross if alive else 0.0)
+    growth = keep * gross
+    alive = (keep > 0.0) & (gross > 0.0) & (growth > WIPEOUT_GROWTH)
+    return cost, np.where(alive, growth, 0.0)
 
 
 def validate_market(market: MarketArrays, window: int) -> None:
@@ -178,6 +197,14 @@ def validate_market(market: MarketArrays, window: int) -> None:
     bad = np.flatnonzero(~np.isfinite(close) | (close <= 0))
     if bad.size:
         raise DataError(f"close: row {bad[0]} is {close[bad[0]]!r}; prices must be finite and > 0")
+    with np.errstate(over="ignore"):
+        jumps = np.flatnonzero(~np.isfinite(close[1:] / close[:-1]))
+    if jumps.size:
+        i = int(jumps[0]) + 1
+        raise DataError(
+            f"close: row {i} ({close[i]!r}) over row {i - 1} ({close[i - 1]!r}) is a move too "
+            "large for a float; the bar's return cannot be computed"
+        )
     for name, arr in (("features", market.features), ("regime_probs", market.regime_probs)):
         arr = np.asarray(arr)
         if arr.ndim != 2 or arr.shape[0] != n:
