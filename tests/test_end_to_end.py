@@ -168,11 +168,15 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None
     overrides = {"learning_starts": 300, "hidden_sizes": [32, 32], "eval_interval": 0}
     spec = foxhunt.build_spec(data=tmp_path / "base.csv", total_steps=800, overrides=overrides)
     foxhunt.train_run(spec, tmp_path / "run", progress=False)
-    now = foxhunt.next_position(tmp_path / "run")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="foxhunt.session"):
+        now = foxhunt.next_position(tmp_path / "run")
     assert pd.Timestamp(now["timestamp"]) == pd.Timestamp(frame["timestamp"].iloc[649])
     assert now["position"] in (-1.0, 0.0, 1.0) and len(now["regime_probabilities"]) == 4
+    assert now["new_bars"] == 0 and "no bars after those the run trained on" in caplog.text
     later = foxhunt.next_position(tmp_path / "run", data=full)
     assert pd.Timestamp(later["timestamp"]) == pd.Timestamp(frame["timestamp"].iloc[-1])
+    assert later["new_bars"] == 50
     # The backtest over the grown data held, from bar 649 to 650, what was decided at 649.
     grown = foxhunt.evaluate_run(tmp_path / "run", data=full, split="test")
     series = pd.read_csv(grown["series"], index_col=0, parse_dates=True)
@@ -308,3 +312,54 @@ def test_new_bars_that_break_the_spacing_are_said(caplog) -> None:
     monday = pd.date_range("2024-01-08 09:30", periods=390, freq="min")
     _check_new_bar_times(week.append(monday), len(week), "m.csv")
     assert not caplog.text
+
+
+def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_place(
+    tmp_path: Path, caplog
+) -> None:
+    """A revised value inside the training span does not refit the regime detector the policy
+    was trained with (a refit relabels the regimes: other decisions, silently), and bars
+    appended to the run's own file are checked as --data's are (a weekend bar is said)."""
+    import foxhunt
+    from foxhunt.errors import ConfigError
+    from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+
+    full = write_synthetic_csv(tmp_path / "full.csv", SyntheticMarketConfig(n_bars=700), seed=3)
+    frame = pd.read_csv(full).drop(columns=["regime", "regime_name"])
+    days = pd.bdate_range("2020-01-01", periods=len(frame))  # no weekends in the history
+    frame["timestamp"] = days.strftime("%Y-%m-%d")
+    frame.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
+    overrides = {"learning_starts": 300, "hidden_sizes": [32, 32], "eval_interval": 0}
+    spec = foxhunt.build_spec(data=tmp_path / "base.csv", total_steps=400, overrides=overrides)
+    foxhunt.train_run(spec, tmp_path / "run", progress=False)
+    frame.to_csv(tmp_path / "grown.csv", index=False)
+    before = foxhunt.next_position(tmp_path / "run", data=tmp_path / "grown.csv")
+    revised = frame.copy()
+    revised.loc[100, ["open", "high", "low", "close"]] *= 1.05  # a training-span bar
+    revised.to_csv(tmp_path / "revised.csv", index=False)
+    caplog.clear()
+    after = foxhunt.next_position(tmp_path / "run", data=tmp_path / "revised.csv")
+    assert after["regime_probabilities"] == before["regime_probabilities"]
+    assert "the run's detector is kept as trained" in caplog.text
+    # evaluate on the run's own file, its values revised in place: the trained detector too.
+    def detected() -> np.ndarray:  # the series file is rewritten by each evaluate
+        series = foxhunt.evaluate_run(tmp_path / "run")["series"]
+        return pd.read_csv(series)["detected_regime"].to_numpy()
+
+    trained = detected()
+    revised.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
+    caplog.clear()
+    assert (detected() == trained).all()
+    assert "the run's detector is kept as trained" in caplog.text
+    frame.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
+    # Only the new bars: the whole history is asked for, not a bar count.
+    frame.iloc[650:].to_csv(tmp_path / "new.csv", index=False)
+    with pytest.raises(ConfigError, match="fewer than the 650 the run trained on"):
+        foxhunt.next_position(tmp_path / "run", data=tmp_path / "new.csv")
+    # The run's own file grown in place by a bar dated on a Saturday.
+    weekend = frame.iloc[:651].copy()
+    weekend.loc[650, "timestamp"] = str((days[649] + pd.offsets.Week(weekday=5)).date())
+    weekend.to_csv(tmp_path / "base.csv", index=False)
+    caplog.clear()
+    foxhunt.next_position(tmp_path / "run")
+    assert "comes on a weekend" in caplog.text

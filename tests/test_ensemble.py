@@ -221,6 +221,17 @@ def test_bad_policy_arguments_are_rejected_up_front(kwargs, match):
         ens.policy(**kwargs)
 
 
+def test_numpy_scalars_are_taken_as_numbers_and_numpy_bools_refused():
+    """np.float32 (read from an array) was refused while np.float64, a float subclass, passed."""
+    ens = QEnsemble([constant_member(q) for q in RISKY])
+    obs = np.zeros((1, 3), np.float32)
+    for kind in (np.float32, np.float64, float):
+        d = ens.decide(obs, risk_aversion=kind(0.5), fallback_action=2, max_std=kind(0.02))
+        assert d.actions.shape == (1,)
+    with pytest.raises(ConfigError, match="risk_aversion must be a finite number"):
+        ens.policy(risk_aversion=np.bool_(True))  # type: ignore[arg-type]
+
+
 # --- member checks --------------------------------------------------------------------------------
 def test_mismatched_members_are_rejected():
     base = make_agent(3, 2)

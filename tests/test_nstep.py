@@ -235,7 +235,7 @@ def test_trainer_arguments_are_checked_when_it_is_built() -> None:
         DQNTrainer({"gama": 0.9}, "CartPole-v1")
     with pytest.raises(ConfigError, match="hyperparameters must be DQNHyperparameters or a"):
         DQNTrainer(None, "CartPole-v1")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="logger must have a log.row. method, got: list"):
+    with pytest.raises(ConfigError, match=r"logger must have a log\(row\) method, got: list"):
         DQNTrainer(small, "CartPole-v1", logger=[])  # failed at the first logged row before
     with pytest.raises(ConfigError, match="eval_env must have the training env's spaces"):
         DQNTrainer(small, "CartPole-v1", eval_env="MountainCar-v0")

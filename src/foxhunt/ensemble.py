@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,9 @@ class EnsembleDecision:
 
 
 def _check_finite(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # numbers.Real takes NumPy's scalars (np.float32 from an array) as well as Python's.
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if not real or not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number, got: {value!r}")
     return float(value)
 

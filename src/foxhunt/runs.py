@@ -561,6 +561,12 @@ def build_trading(
 
         df = load_ohlcv(frame)
     n = len(df)
+    if continuing and recorded is not None and n < int(recorded["rows"]):
+        # Acting on new bars needs the whole history: say so before any other count.
+        raise ConfigError(
+            f"data {source} holds {n} bars, fewer than the {recorded['rows']} the run trained "
+            "on: pass the run's data grown by the new bars (the whole history)"
+        )
     if n < min_rows:
         raise ConfigError(
             f"trading.window={config.window} needs at least {min_rows} bars (3 x (window + 2)), "
@@ -569,12 +575,18 @@ def build_trading(
     train_end, val_end = split_bounds(n, m.train_fraction, m.validation_fraction)
     identity = data_identity(df)  # hashed once: for the check and for the run's record
     bounds = None
+    # The run's bars at the same times (checked below, or refused): its detector stays too.
+    same_bars = recorded is not None and data_override is None
     if recorded is not None and data_override is None:
         bounds = check_data_record(recorded, df, identity, _data_label(spec), purpose)
+        if bounds is not None and n > int(recorded["rows"]):
+            # The run's own file grown in place: its new bars' dates checked as --data's are.
+            _check_new_bar_times(df.index, int(recorded["rows"]), _data_label(spec))
     elif recorded is not None and continues_record(recorded, df, identity):
         # The run's own bars, then new ones: the spans stay where the run trained, so its
         # normalisation and regime detector are fitted on the same training bars.
         bounds = int(recorded["train_end"]), int(recorded["val_end"])
+        same_bars = True
         added = n - int(recorded["rows"])
         if added:
             log.warning(
@@ -626,6 +638,9 @@ def build_trading(
             seed=spec.hyperparameters.seed if m.detector_seed is None else m.detector_seed,
             # The detector the run trained with, taken when its training rows are these.
             detector_state=recorded.get("detector") if recorded is not None else None,
+            # The run's own bars: the detector the policy was trained with, even where their
+            # values were revised since (a refit can relabel the regimes the policy reads).
+            keep_detector=same_bars,
         )
     except DataError as err:  # detectors see a frame; name the file the user gave
         where = source or "the synthetic market"

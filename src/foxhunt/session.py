@@ -688,8 +688,11 @@ def next_position(
 
     The observation includes the position held into the last bar. By default that is the
     policy's own, replayed from the start of the test span; ``held`` (one of the run's
-    positions) gives the one actually held instead. Returns the bar's timestamp, the action and
-    its position, the position held into the bar, and the bar's regime probabilities.
+    positions) gives the one actually held instead. Returns the bar's timestamp (UTC where the
+    file's times carry a zone, as the loader reads them), the number of bars after those the run
+    trained on (0, warned about: no new bar), the action and its position (held from this bar's
+    close to the next bar's), the position held into the bar, and the bar's regime
+    probabilities.
 
     An ensemble directory acts as ``ensemble evaluate`` does (its members' final weights,
     ``risk_aversion``, ``max_std`` with ``fallback_action``, by default the flat position) and
@@ -783,8 +786,19 @@ def next_position(
         replayed = float(info["position"])
     action = act(obs)
     timestamps = span.timestamps
+    # Bars after those the run trained on: 0 is the last trained bar's decision again, which a
+    # daily job whose feed failed to append would otherwise take for today's.
+    new_bars = None if recorded is None else len(setup.market) - int(recorded["rows"])
+    if new_bars == 0:
+        log.warning(
+            "%s holds no bars after those the run trained on: this is the decision at its last "
+            "trained bar (%s)",
+            path or "the run's data",
+            pd.Timestamp(timestamps[-1]) if timestamps is not None else "?",
+        )
     out = {
         "timestamp": str(pd.Timestamp(timestamps[-1])) if timestamps is not None else None,
+        "new_bars": new_bars,
         "action": action,
         "position": float(positions[action]),
         "held": replayed,
@@ -796,7 +810,7 @@ def next_position(
             "members": list(recorder.ensemble.names),
             "risk_aversion": risk_aversion,
             "max_std": max_std,
-            "fallback_action": fallback_action,
+            "fallback_action": None if fallback_action is None else int(fallback_action),
             "chosen_std": recorder.chosen_std[-1],
             "mean_std": recorder.mean_std[-1],
             "disagreement": recorder.disagreement[-1],
@@ -824,8 +838,9 @@ def evaluate_run(
 
     ``model`` picks the final weights (``"final"``), the best-evaluated ones (``"best"``: model
     selection on the validation span) or the newest checkpoint's (``"latest"``: a run still
-    training or stopped part way). ``data`` and ``split`` (default test) apply to trading runs only, ``episodes``
-    (default 10) to Gymnasium runs only: a run refuses what does not apply rather than ignore it.
+    training or stopped part way). ``data`` and ``split`` (default test) apply to trading runs
+    only, ``episodes`` (default 10) to Gymnasium runs only: a run refuses what does not apply
+    rather than ignore it.
     """
     run_dir = Path(run_dir)
     refuse_other_dir(run_dir, "foxhunt.evaluate_ensemble(run_dir) evaluates it")

@@ -150,13 +150,16 @@ def prepare_market_with_detector(
     n_regimes: int = 4,
     seed: int = 0,
     detector_state: Mapping[str, Any] | None = None,
+    keep_detector: bool = False,
 ) -> tuple[MarketArrays, dict[str, Any] | None]:
     """:func:`prepare_market`, also returning the fitted HMM's state (None for the other
     detectors, whose fits take milliseconds) and taking one back: ``detector_state`` from an
     earlier call on the same training rows and settings is used instead of refitting (a run's
     evaluate and resume on a million-bar file would otherwise repeat minutes of Baum-Welch). A
     state for other rows or settings is ignored; a damaged one is refitted, with a warning. The
-    result is the same array for array either way.
+    result is the same array for array either way. ``keep_detector``: take the state for other
+    rows too (same settings), for a run acting on its own bars with revised values, whose
+    policy learned the regimes of the detector it trained with.
     """
     if detector not in DETECTORS:
         raise ConfigError(
@@ -195,7 +198,25 @@ def prepare_market_with_detector(
     else:
         model = make_detector(detector, n_regimes, seed=seed)
         key = _fit_key(train, detector, n_regimes, seed) if detector == "hmm" else None
-        if not _load_kept(model, key, detector_state):
+        kept = _load_kept(model, key, detector_state)
+        params = detector_state.get("params") if isinstance(detector_state, Mapping) else None
+        if (
+            not kept
+            and keep_detector
+            and key is not None
+            and isinstance(params, Mapping)
+            and params.get("settings") == model.settings()  # type: ignore[attr-defined]
+        ):
+            # ``keep_detector``: the kept state even for other training rows (its settings
+            # still have to match): refitting on revised values can relabel every regime.
+            kept = _load_kept(model, detector_state.get("key"), detector_state)  # type: ignore[union-attr]
+            if kept:
+                log.warning(
+                    "the training rows differ from those the run's regime detector was "
+                    "fitted on (revised values): the run's detector is kept as trained, "
+                    "not refitted on the revised rows"
+                )
+        if not kept:
             model = model.fit(train)
         if key is not None:
             kept_state = {"key": key, "params": model.fitted_state()}  # type: ignore[attr-defined]

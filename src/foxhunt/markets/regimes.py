@@ -593,7 +593,8 @@ class GaussianHMMDetector:
     def predict(self, df: pd.DataFrame) -> np.ndarray:
         return np.argmax(self.predict_proba(df), axis=1).astype(np.int64)
 
-    def _settings(self) -> dict[str, float | int]:
+    def settings(self) -> dict[str, float | int]:
+        """What a fit depends on besides the data and the seed (a kept state must match)."""
         return {
             "n_regimes": self._n,
             "vol_window": self.vol_window,
@@ -612,7 +613,7 @@ class GaussianHMMDetector:
         over a million training bars takes minutes, the filter seconds."""
         _check_fitted(self, "transition_")
         return {
-            "settings": self._settings(),
+            "settings": self.settings(),
             **{a: np.asarray(getattr(self, a)).tolist() for a in _HMM_FITTED},
             "log_likelihood_history": list(self.log_likelihood_history_),
             "n_iter": self.n_iter_,
@@ -627,7 +628,7 @@ class GaussianHMMDetector:
         ValueError says what is wrong, and nothing is set."""
         if not isinstance(state, dict):
             raise ValueError(f"must be a mapping, got {type(state).__name__}")
-        if state.get("settings") != self._settings():
+        if state.get("settings") != self.settings():
             raise ValueError(f"settings {state.get('settings')!r:.120} are not this detector's")
         dims = {"K": self._n, "D": 2}
         arrays: dict[str, np.ndarray] = {}
