@@ -341,6 +341,7 @@ def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_pl
     after = foxhunt.next_position(tmp_path / "run", data=tmp_path / "revised.csv")
     assert after["regime_probabilities"] == before["regime_probabilities"]
     assert "the run's detector is kept as trained" in caplog.text
+
     # evaluate on the run's own file, its values revised in place: the trained detector too.
     def detected() -> np.ndarray:  # the series file is rewritten by each evaluate
         series = foxhunt.evaluate_run(tmp_path / "run")["series"]
