@@ -195,7 +195,7 @@ def test_train_help_runs_as_a_process(tmp_path: Path) -> None:
         assert flag in out.stdout
 
 
-@pytest.mark.parametrize("command", ["resume", "evaluate", "report", "hyperopt"])
+@pytest.mark.parametrize("command", ["resume", "evaluate", "position", "report", "hyperopt"])
 def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args([command, "--help"])

@@ -155,7 +155,7 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
         evaluate_run(run_dir, split="test")
 
 
-def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None:
+def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog, capsys) -> None:
     """A run acts on its data grown by new bars with its own spans, normalisation and detector:
     the decision at a bar does not change when later bars arrive."""
     import foxhunt
@@ -191,6 +191,20 @@ def test_next_position_acts_on_new_bars_causally(tmp_path: Path, caplog) -> None
             foxhunt.next_position(tmp_path / "run", held=bad)  # type: ignore[arg-type]
     assert foxhunt.next_position(tmp_path / "run", held=-0.0)["held"] == 0.0
     assert foxhunt.next_position(tmp_path / "run", held=Fraction(1, 1))["held"] == 1.0
+    # `foxhunt position`: the same decision as JSON, errors in the flags a user typed.
+    from foxhunt import cli
+
+    capsys.readouterr()
+    assert cli.main(["position", str(tmp_path / "run"), "--data", str(full)]) == 0
+    assert json.loads(capsys.readouterr().out) == later
+    assert cli.main(["position", str(tmp_path / "run"), "--held", "1"]) == 0
+    assert json.loads(capsys.readouterr().out) == decisions[1.0]
+    for flags, needle in (
+        (["--held", "0.5"], "--held must be one of the run's positions"),
+        (["--max-std", "1"], "--max-std applies to ensembles"),
+    ):
+        assert cli.main(["position", str(tmp_path / "run"), *flags]) == 2
+        assert needle in capsys.readouterr().err
     # A vendor's revised value among the trained bars (same times): still the run's history.
     revised = frame.copy()
     revised.loc[600, "volume"] *= 1.5

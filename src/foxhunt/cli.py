@@ -205,6 +205,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="greedy episodes (Gymnasium envs only; default 10)",
     )
 
+    pos = sub.add_parser(
+        "position",
+        help="the position a trading run (or ensemble) takes at the last bar of its data, to "
+        "hold to the next bar: acting on new bars (prints JSON)",
+        description="Acting on new bars: append them to the run's data file (or pass the "
+        "whole history grown by them with --data) and ask for the position to hold from the "
+        "last bar's close to the next bar's. The run's spans, normalisation and regime "
+        "detector stay as trained. new_bars in the output counts the bars after those the run "
+        "trained on (0: no new bar, warned).",
+    )
+    pos.add_argument("run_dir", help="the run directory of `foxhunt train` or `ensemble train`")
+    pos.add_argument(
+        "--data",
+        type=_path("--data"),
+        help="the run's data grown by the new bars (the whole history; default: the run's "
+        "own file as it is now)",
+    )
+    pos.add_argument(
+        "--held",
+        type=_finite_float("--held"),
+        help="the position actually held into the last bar, one of the run's positions "
+        "(default: the policy's own, replayed over the test span)",
+    )
+    pos.add_argument(
+        "--model",
+        default=None,
+        choices=("best", "final", "latest"),
+        help="a single run's weights: final (default), best or latest",
+    )
+    pos.add_argument(
+        "--risk-aversion",
+        type=_finite_float("--risk-aversion"),
+        default=0.0,
+        help="an ensemble acts on argmax(mean - K * std) of member Q-values (default 0)",
+    )
+    pos.add_argument(
+        "--max-std",
+        type=_finite_float("--max-std", minimum=0.0),
+        help="an ensemble takes the fallback action when the chosen action's Q std exceeds this",
+    )
+    pos.add_argument(
+        "--fallback-action",
+        type=_non_negative_int("--fallback-action"),
+        help="action index an ensemble takes above --max-std (default: the flat position)",
+    )
+
     rep = sub.add_parser("report", help="plot a run's training curves into RUN_DIR/report")
     rep.add_argument("run_dir", help="the run directory of `foxhunt train`")
 
@@ -507,6 +553,47 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_position(args: argparse.Namespace) -> int:
+    from foxhunt.session import next_position
+
+    run_dir = _run_dir_arg(args.run_dir)
+    if (run_dir / "ensemble.json").is_file() and args.model is not None:
+        raise ConfigError(
+            f"--model applies to single runs; {run_dir} is an ensemble (its members' final "
+            "weights are used)"
+        )
+    options = {
+        "--risk-aversion": args.risk_aversion or None,
+        "--max-std": args.max_std,
+        "--fallback-action": args.fallback_action,
+    }
+    given = [flag for flag, value in options.items() if value is not None]
+    if given and not (run_dir / "ensemble.json").is_file():
+        raise ConfigError(f"{', '.join(given)} applies to ensembles; {run_dir} is one run")
+    try:
+        out = next_position(
+            run_dir,
+            data=args.data,
+            model=args.model or "final",
+            held=args.held,
+            risk_aversion=args.risk_aversion,
+            max_std=args.max_std,
+            fallback_action=args.fallback_action,
+        )
+    except ConfigError as exc:  # the library names its arguments; a user typed flags
+        text = re.sub(r"^held must", "--held must", str(exc))  # "held" is a plain word too
+        raise ConfigError(_flag_names(text, *(f[2:] for f in options))) from None
+    print(_json(out))
+    return 0
+
+
+def _flag_names(message: str, *names: str) -> str:
+    """``message`` with the library's argument names (max_std) written as the flags a user
+    typed (--max-std)."""
+    words = "|".join(name.replace("-", "_") for name in names)
+    return re.sub(rf"\b({words})\b", lambda m: "--" + m[1].replace("_", "-"), message)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from foxhunt.report import write_run_report
 
@@ -607,11 +694,7 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
             )
         except ConfigError as exc:  # the library names its arguments; a user typed flags
             raise ConfigError(
-                re.sub(
-                    r"\b(max_std|fallback_action|risk_aversion)\b",
-                    lambda m: "--" + m[1].replace("_", "-"),
-                    str(exc),
-                )
+                _flag_names(str(exc), "max_std", "fallback_action", "risk_aversion")
             ) from None
         print(_json(out))
         return 0
@@ -648,6 +731,7 @@ COMMANDS = {
     "train": cmd_train,
     "resume": cmd_resume,
     "evaluate": cmd_evaluate,
+    "position": cmd_position,
     "report": cmd_report,
     "hyperopt": cmd_hyperopt,
     "data": cmd_data,
