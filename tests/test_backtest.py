@@ -478,6 +478,27 @@ def test_write_report_files(tmp_path):
         bt.write_report(tmp_path, [], "none")
 
 
+def test_a_report_stopped_while_plotting_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    """Ctrl-C during the plot (seconds on a long span) left a new series.csv beside the old
+    equity.png and metrics.json, or an empty directory where there was no report."""
+    market = regime_market(160, seed=7)
+    cfg = TradingEnvConfig(window=5)
+    old = [bt.run_policy(market, lambda obs: 2, cfg, "agent"), bt.flat(market, cfg)]
+    new = [bt.run_policy(market, lambda obs: 0, cfg, "agent"), bt.flat(market, cfg)]
+    paths = bt.write_report(tmp_path / "out", old, "old")
+    before = {k: p.read_bytes() for k, p in paths.items()}
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bt, "_plot", interrupted)
+    for where in ("out", "fresh"):
+        with pytest.raises(KeyboardInterrupt):
+            bt.write_report(tmp_path / where, new, "new")
+    assert {k: p.read_bytes() for k, p in paths.items()} == before
+    assert not (tmp_path / "fresh").exists()
+
+
 def test_periods_per_year_is_read_from_the_timestamps():
     import pandas as pd
 
@@ -613,3 +634,77 @@ def test_metric_functions_refuse_a_meaningless_year_and_survive_huge_growth():
     assert bt.total_return([1000.0]) == math.inf
     assert bt.annualised_return([0.5] * 10, periods_per_year=1e6) == math.inf
     assert bt.total_return([-1000.0]) == -1.0
+
+
+# --- batched greedy actions ------------------------------------------------------------------
+def test_observations_for_many_bars_are_those_of_one_bar_at_a_time():
+    from foxhunt.envs.trading import TradingEnv
+
+    market = make_market(90, seed=4)
+    env = TradingEnv(market, TradingEnvConfig(window=6), eval_mode=True)
+    env.reset()
+    for p in range(env.n_positions):
+        many = env.observations(env.first_bar, env.last_bar + 1, p)
+        for i, t in enumerate(range(env.first_bar, env.last_bar + 1)):
+            state = env.get_state()
+            state.update(t=t, position_index=p)
+            env.set_state(state)
+            assert np.array_equal(many[i], env.observation())
+    with pytest.raises(ValueError, match="outside"):
+        env.observations(0, 3, 0)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"dueling": True, "distributional": "c51", "n_atoms": 11},
+        {"distributional": "qr", "n_atoms": 8, "noisy_nets": True},
+        {"regime_conditional": True, "regime_gating": "residual"},
+        {"regime_conditional": True, "regime_gating": "hard", "dueling": True},
+    ],
+    ids=["plain", "dueling-c51", "qr-noisy", "residual", "hard"],
+)
+def test_a_backtest_on_batched_greedy_actions_is_the_bar_by_bar_one(variant):
+    """The backtest scores a chunk of bars at once; where a batched product could round the
+    other way (a near tie), the one-bar call decides. Positions and returns must be those of
+    the bar-by-bar loop, over a span longer than one chunk."""
+    import gymnasium as gym
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.envs.trading import TradingEnv
+    from foxhunt.learner import DQNAgent
+    from foxhunt.runs import model_policy
+
+    market = make_market(bt._CHUNK_BARS + 700, seed=5, n_regimes=3)
+    cfg = TradingEnvConfig(window=4)
+    env = TradingEnv(market, cfg, eval_mode=True)
+    hp = DQNHyperparameters(hidden_sizes=(32, 32), batch_size=8, learning_starts=8, device="cpu",
+                            seed=3, **variant)  # fmt: skip
+    agent = DQNAgent(env.observation_space, gym.spaces.Discrete(3), hp, n_regimes=3)
+    act = model_policy(agent)
+    assert callable(act.q_batch)
+    batched = bt.run_policy(market, act, cfg, "agent")
+    one_by_one = bt.run_policy(market, lambda obs: act(obs), cfg, "agent")
+    assert np.array_equal(batched.positions, one_by_one.positions)
+    assert np.array_equal(batched.net_log_returns, one_by_one.net_log_returns)
+    assert len(set(batched.positions.tolist())) > 1  # the policy moves: the walk is tested
+
+
+def test_near_ties_are_decided_by_the_one_bar_call():
+    """A policy whose batched scores tie everywhere: every action comes from ``act`` itself."""
+    from foxhunt.envs.trading import TradingEnv
+
+    market = make_market(200, seed=6)
+    cfg = TradingEnvConfig(window=3)
+    calls = []
+
+    def act(obs):
+        calls.append(1)
+        return len(calls) % 3
+
+    act.q_batch = lambda obs: np.zeros((len(obs), 3), np.float32)  # type: ignore[attr-defined]
+    env = TradingEnv(market, cfg, eval_mode=True)
+    res = bt.run_policy(market, act, cfg, "agent")
+    assert len(calls) == env.max_steps
+    assert res.positions.tolist()[:3] == [0.0, 1.0, -1.0]

@@ -591,6 +591,16 @@ def test_cli_probe_findings_are_one_line_errors(run: Path, tmp_path: Path) -> No
         "--bars must be at least 2, got: 1",
     )
     assert not (tmp_path / "m.csv").exists()
+    one_line(  # a million daily bars end past 2262: the flag that fixes it is named
+        foxhunt("data", "synth", "--out", "m.csv", "--bars", "1000000", cwd=tmp_path),
+        "--freq must be a pandas offset alias",
+    )
+    synth = ("data", "synth", "--out", "m.csv", "--bars", "300", "--freq", "1min")
+    assert foxhunt(*synth, cwd=tmp_path).returncode == 0
+    import pandas as pd
+
+    stamps = pd.to_datetime(pd.read_csv(tmp_path / "m.csv")["timestamp"])
+    assert len(stamps) == 300 and (stamps.diff().dropna() == pd.Timedelta("1min")).all()
     stopped = tmp_path / "stopped"
     stopped.mkdir()
     (stopped / "ensemble-plan.json").write_text('{"members": 2}')

@@ -146,6 +146,20 @@ def test_hmm_recovers_two_known_volatility_regimes():
     assert (stay > 0.9).all()
 
 
+def test_a_long_hmm_fit_is_announced_and_a_short_one_is_not(market, monkeypatch, caplog):
+    """A million-bar fit ran five minutes with nothing on the terminal; a default one says
+    nothing. The announcement comes from the first EM iteration's time, not a bar count."""
+    from foxhunt.markets import regimes
+
+    with caplog.at_level("WARNING", logger="foxhunt.regimes"):
+        GaussianHMMDetector(2, seed=0, max_iter=3).fit(market.iloc[:TRAIN])
+        assert not caplog.text
+        monkeypatch.setattr(regimes, "_SAY_FIT_LONGER_THAN_S", 0.0)
+        GaussianHMMDetector(2, seed=0, max_iter=3).fit(market.iloc[:TRAIN])
+    assert f"fitting the HMM regime detector on {TRAIN - 20:,} training bars" in caplog.text
+    assert "at most 3 iterations" in caplog.text
+
+
 def test_hmm_beats_chance_on_test_span(hmm, market):
     true = market["regime"].to_numpy()[TRAIN:]
     pred = hmm.predict(market)[TRAIN:]

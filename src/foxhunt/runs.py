@@ -1220,4 +1220,10 @@ def model_policy(agent: Any) -> Callable[[Any], int]:
     def act(obs: Any) -> int:
         return int(agent.greedy_actions(obs)[0])
 
+    @torch.inference_mode()
+    def q_batch(obs: Any) -> Any:  # [n, actions] numpy: a backtest scores many bars at once
+        x = torch.as_tensor(agent._as_batch(obs)[0], dtype=torch.float32, device=agent.device)
+        return agent.online_net.q_values(agent.online_net(x)).float().cpu().numpy()
+
+    act.q_batch = q_batch  # type: ignore[attr-defined]
     return act

@@ -321,6 +321,40 @@ class TradingEnv(gym.Env[np.ndarray, np.int64]):
         for any bar and position, without stepping there (``foxhunt.next_position``)."""
         return self._observation()
 
+    @property
+    def bar(self) -> int:
+        """The current bar (the one the next action is decided at)."""
+        return self._t
+
+    @property
+    def position_index(self) -> int:
+        """The index of the position held into the current bar."""
+        return self._pos_index
+
+    def observations(self, first: int, stop: int, position_index: int) -> np.ndarray:
+        """``[stop - first, obs_dim]``: the observations at bars ``first..stop-1`` holding
+        ``position_index``, value for value those :meth:`observation` gives one at a time, so a
+        policy can be run on many bars at once (the backtest's batched greedy actions)."""
+        if not self.first_bar <= first <= stop <= self.last_bar + 1:
+            raise ValueError(
+                f"bars {first}..{stop - 1} are outside {self.first_bar}..{self.last_bar}"
+            )
+        if not 0 <= position_index < self.n_positions:
+            raise ValueError(
+                f"position_index must be in 0..{self.n_positions - 1}, got {position_index}"
+            )
+        n = stop - first
+        out = np.zeros((n, self.obs_dim), dtype=np.float32)
+        if n == 0:
+            return out
+        rows = self._features[first - self.window + 1 : stop]
+        # [n, n_features, window] -> [n, window, n_features]: each bar's window, row-major.
+        windows = np.lib.stride_tricks.sliding_window_view(rows, self.window, axis=0)
+        out[:, self.feature_slice] = windows.transpose(0, 2, 1).reshape(n, -1)
+        out[:, self.position_slice.start + position_index] = 1.0
+        out[:, self.regime_slice] = self._regimes[first:stop]
+        return out
+
     def _observation(self) -> np.ndarray:
         t = self._t
         obs = np.empty(self.obs_dim, dtype=np.float32)

@@ -17,7 +17,9 @@ Common interface: ``fit(train_df) -> self``, ``predict_proba(df) -> [T, K]``, ``
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -28,6 +30,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from foxhunt.errors import ConfigError, DataError
 from foxhunt.markets.features import log_returns, rolling_std
+
+log = logging.getLogger("foxhunt.regimes")
+
+_SAY_FIT_LONGER_THAN_S = 30.0
+"""A fit expected to take longer than this is announced: on a million bars it takes minutes,
+and a terminal silent for that long looks hung."""
 
 __all__ = [
     "GaussianHMMDetector",
@@ -432,6 +440,20 @@ class GaussianHMMDetector:
         return -0.5 * quad.sum(axis=-1)
 
     # ----------------------------------------------------------------------------------- fitting
+    def _say_if_long(self, rows: int, first_iteration_s: float) -> None:
+        """Announce a fit that will take a while, from its first EM iteration's time."""
+        longest = first_iteration_s * self.max_iter
+        if longest > _SAY_FIT_LONGER_THAN_S:
+            log.warning(
+                "fitting the HMM regime detector on %s training bars: %.1f s per EM iteration, "
+                "at most %d iterations (up to %.0f min); a run keeps the fit, so its evaluate "
+                "and resume do not repeat it",
+                f"{rows:,}",
+                first_iteration_s,
+                self.max_iter,
+                longest / 60,
+            )
+
     def fit(self, train_df: pd.DataFrame) -> GaussianHMMDetector:
         raw = hmm_features(train_df, self.vol_window)
         valid = np.isfinite(raw).all(axis=1)
@@ -472,9 +494,12 @@ class GaussianHMMDetector:
         prev_ll = np.full(self.n_restarts, -np.inf)
         converged = False
         n_iter = 0
+        started = time.perf_counter()
         while n_iter < self.max_iter:
             n_iter += 1
             ll, gamma, xi_sum = self._e_step(x, means, variances, trans, start)
+            if n_iter == 1:
+                self._say_if_long(x.shape[0], time.perf_counter() - started)
             history.append(ll)
             means, variances, trans, start = self._m_step(x, gamma, xi_sum, means, variances, trans)
             gain = (ll - prev_ll) / x.shape[0]
