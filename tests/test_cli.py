@@ -720,6 +720,66 @@ def test_commands_that_train_several_runs_are_refused_under_torchrun(
         assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"WORLD_SIZE": "2"}, "RANK must be set"),
+        ({"WORLD_SIZE": "2", "RANK": "0"}, "MASTER_ADDR must be set"),
+        ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1"}, "MASTER_PORT must be set"),
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE must be an integer, got: 'two'"),
+        ({"WORLD_SIZE": "2", "RANK": "2"}, r"RANK must lie in \[0, WORLD_SIZE=2\), got: 2"),
+    ],
+)
+def test_a_torchrun_environment_missing_a_variable_is_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    named: str,
+) -> None:
+    """WORLD_SIZE set without the rest of what torchrun sets was a KeyError or a torch
+    rendezvous traceback."""
+    import re
+
+    from foxhunt.cli import main
+
+    for name in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    argv = ["train", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "x"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(named, err), err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_lost_data_parallel_peer_is_one_line_naming_the_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rank killed mid-run made gloo raise on the others: forty lines of C++ traceback."""
+    import foxhunt.distributed
+    from foxhunt import cli
+
+    def lost(args):  # type: ignore[no-untyped-def]
+        raise RuntimeError(
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+            "[127.0.0.1]:29500: Connection reset by peer"
+        )
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(foxhunt.distributed, "init_from_env", lambda device_type: None)
+    monkeypatch.setitem(cli.COMMANDS, "train", lost)
+    run = tmp_path / "my run"
+    assert cli.main(["train", "--run-dir", str(run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "a data-parallel peer stopped" in err
+    assert f"foxhunt resume '{run}'" in err
+    monkeypatch.setenv("WORLD_SIZE", "1")  # outside torchrun the error is a bug: shown whole
+    with pytest.raises(RuntimeError, match="Connection reset by peer"):
+        cli.main(["train", "--run-dir", str(run)])
+
+
 def test_ensemble_force_never_deletes_a_member_still_training(tmp_path: Path) -> None:
     """--force replaces an old ensemble, but not while one of its members is held by a
     training process."""

@@ -774,8 +774,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             from foxhunt.distributed import init_from_env
 
-            # Joins a torchrun job when launched by torchrun; no-op otherwise.
-            init_from_env("cuda" if torch.cuda.is_available() else "cpu")
+            # Joins a torchrun job when launched by torchrun; no-op otherwise. SIGTERM keeps its
+            # default action meanwhile: the rendezvous blocks in C++ (for up to 30 minutes when a
+            # peer never comes), where a Python handler would not run and `kill` would not stop it.
+            with _default_sigterm():
+                init_from_env("cuda" if torch.cuda.is_available() else "cpu")
             from foxhunt.errors import TrainingHalted, TrainingInterrupted
 
             try:
@@ -821,7 +824,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if type(err).__name__ == "SafetensorError" and "No space left on device" in text:
             print("foxhunt: error: No space left on device (writing a checkpoint)", file=sys.stderr)
             return EXIT_USER_ERROR
+        if _peer_lost(err, text):  # another rank died (killed for memory, a node lost)
+            run = getattr(args, "run_dir", None)
+            target = shell_quoted(run) if run else "RUN_DIR"
+            print(
+                f"foxhunt: error: a data-parallel peer stopped ({text[:160]}): the run keeps its "
+                f"last checkpoint; continue it with `foxhunt resume {target}` (in one process) "
+                "or a new torchrun job",
+                file=sys.stderr,
+            )
+            return 1
         raise
+
+
+def _peer_lost(err: Exception, text: str) -> bool:
+    """Whether ``err`` is gloo/NCCL reporting that another rank of a torchrun job went away:
+    rank 0 printed forty lines of C++ traceback for it."""
+    try:
+        launched = _under_torchrun()
+    except FoxhuntError:
+        return False
+    signs = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+    return launched and isinstance(err, RuntimeError) and any(s in text for s in signs)
 
 
 _OUT_OF_MEMORY = (
@@ -876,6 +900,20 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
             "its last periodic checkpoint, if it has one"
         )
     return how
+
+
+@contextlib.contextmanager
+def _default_sigterm() -> Any:
+    """SIGTERM's default action (end the process) inside the block, the handler after it."""
+    try:
+        handler = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # not the main thread: no handler was set either
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _leave_process_group(*, wait: bool) -> None:

@@ -33,9 +33,26 @@ class DistInfo:
         return self.world_size > 1
 
 
+def _env_int(name: str, default: str | None = None) -> int:
+    """An integer torchrun sets in the environment, or one line naming what is wrong."""
+    from foxhunt.errors import ConfigError
+
+    text = os.environ.get(name, default)
+    if text is None:
+        raise ConfigError(
+            f"{name} must be set when WORLD_SIZE={os.environ.get('WORLD_SIZE')!r} (a data-parallel "
+            "job): start it with `torchrun --nproc_per_node N -m foxhunt.cli train ...`, or unset "
+            "WORLD_SIZE to train in one process"
+        )
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got: {text!r}") from None
+
+
 def launched_world_size() -> int:
     """The number of processes torchrun started this one among (1 when it did not)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return _env_int("WORLD_SIZE", "1")
 
 
 def init_from_env(device_type: str = "cpu") -> DistInfo:
@@ -43,9 +60,16 @@ def init_from_env(device_type: str = "cpu") -> DistInfo:
     world = launched_world_size()
     if world <= 1:
         return DistInfo()
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    from foxhunt.errors import ConfigError
+
+    rank = _env_int("RANK")
+    local_rank = _env_int("LOCAL_RANK", "0")
+    if not 0 <= rank < world:
+        raise ConfigError(f"RANK must lie in [0, WORLD_SIZE={world}), got: {rank}")
     if not dist.is_initialized():
+        if not os.environ.get("MASTER_ADDR"):
+            _env_int("MASTER_ADDR")  # unset: the one-line refusal (torchrun sets it)
+        _env_int("MASTER_PORT")
         backend = "nccl" if device_type == "cuda" and torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend)
     if device_type == "cuda" and torch.cuda.is_available():
