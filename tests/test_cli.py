@@ -780,6 +780,26 @@ def test_a_lost_data_parallel_peer_is_one_line_naming_the_resume(
         cli.main(["train", "--run-dir", str(run)])
 
 
+def test_position_names_the_held_flag_where_the_library_says_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay wiped out says to pass the position actually held: --held on the CLI."""
+    import foxhunt.session
+    from foxhunt import cli
+    from foxhunt.errors import FoxhuntError
+
+    def wiped(run_dir, **kwargs):  # type: ignore[no-untyped-def]
+        raise FoxhuntError(
+            f"{run_dir}: the policy's replayed equity was wiped out at 2003-04-18, before the "
+            "last bar: pass held= (the position actually held) to decide from it"
+        )
+
+    monkeypatch.setattr(foxhunt.session, "next_position", wiped)
+    assert cli.main(["position", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "pass --held (the position actually held)" in err and "held=" not in err
+
+
 def test_ensemble_force_never_deletes_a_member_still_training(tmp_path: Path) -> None:
     """--force replaces an old ensemble, but not while one of its members is held by a
     training process."""

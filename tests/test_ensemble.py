@@ -735,3 +735,20 @@ def test_entry_points_refuse_a_spec_that_is_not_a_runspec_by_name(wrong: Any, tm
         ):
             call()
     assert not any(tmp_path.iterdir())
+
+
+def test_next_position_on_an_ensemble_reports_plain_numbers(trading_ensemble: Path) -> None:
+    """NumPy scalars are accepted as settings; the decision echoed them back unconverted, and
+    json.dumps of it failed."""
+    import foxhunt
+
+    out = foxhunt.next_position(
+        trading_ensemble,
+        risk_aversion=np.float32(0.5),
+        max_std=np.float64(1.0),
+        fallback_action=np.int64(1),
+    )
+    settings = out["ensemble"]
+    assert type(settings["risk_aversion"]) is float and type(settings["max_std"]) is float
+    assert type(settings["fallback_action"]) is int
+    assert json.loads(json.dumps(out)) == out

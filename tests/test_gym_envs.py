@@ -107,6 +107,25 @@ def test_an_env_registered_by_user_code_is_rebuilt_through_module_colon_id(
     env.close()
 
 
+def test_an_attribute_error_in_the_envs_own_code_is_raised_as_it_is() -> None:
+    """The info-dict hint is for Gymnasium's reading of info; the same error inside the env's
+    step is the env's own bug, and its traceback must reach the user."""
+    from foxhunt.trainer import DQNTrainer
+
+    class Buggy(_Counter):
+        def step(self, action):  # type: ignore[no-untyped-def]
+            settings = None
+            settings.items()  # type: ignore[attr-defined]  # the user's bug
+            return super().step(action)
+
+    trainer = DQNTrainer(_hp(), Buggy())
+    try:
+        with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'items'"):
+            trainer.learn(20)
+    finally:
+        trainer.close()
+
+
 def test_frozen_lake_trains() -> None:
     from foxhunt.config import DQNHyperparameters
     from foxhunt.trainer import DQNTrainer

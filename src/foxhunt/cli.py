@@ -588,6 +588,10 @@ def cmd_position(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # the library names its arguments; a user typed flags
         text = re.sub(r"^held must", "--held must", str(exc))  # "held" is a plain word too
         raise ConfigError(_flag_names(text, *(f[2:] for f in options))) from None
+    except FoxhuntError as exc:  # a replay wiped out says to pass held=: the flag here
+        if "pass held= " not in str(exc):
+            raise
+        raise FoxhuntError(str(exc).replace("pass held= ", "pass --held ")) from None
     print(_json(out))
     return 0
 

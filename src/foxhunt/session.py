@@ -810,8 +810,8 @@ def next_position(
     if recorder is not None:  # the last decision's uncertainty, as ensemble evaluate reports it
         out["ensemble"] = {
             "members": list(recorder.ensemble.names),
-            "risk_aversion": risk_aversion,
-            "max_std": max_std,
+            "risk_aversion": float(risk_aversion),  # NumPy scalars are accepted: plain here
+            "max_std": None if max_std is None else float(max_std),
             "fallback_action": None if fallback_action is None else int(fallback_action),
             "chosen_std": recorder.chosen_std[-1],
             "mean_std": recorder.mean_std[-1],

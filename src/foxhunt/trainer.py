@@ -640,7 +640,13 @@ class DQNTrainer:
             "_rewards[" in (f.line or "") for f in frames
         ):
             hint = "a step's reward must be one number (a float), not an array"
-        elif isinstance(exc, AttributeError) and "attribute 'items'" in message:
+        elif (
+            isinstance(exc, AttributeError)
+            and "attribute 'items'" in message
+            # Where Gymnasium reads the info dict; the same error inside the env's own code
+            # is its own bug, raised as it is.
+            and any(f.name == "_add_info" for f in frames)
+        ):
             hint = (
                 "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
                 "terminated, truncated, info), info a dict; an old Gym env returns other tuples"
