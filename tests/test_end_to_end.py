@@ -367,6 +367,13 @@ def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_pl
     assert (detected() == trained).all()
     assert "the run's detector is kept as trained" in caplog.text
     frame.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
+    # A new bar with a shifted decimal (x100) validates, but is said; real new bars are not.
+    assert "check its prices" not in caplog.text
+    shifted = frame.iloc[:651].copy()
+    shifted.loc[650, ["open", "high", "low", "close"]] *= 100.0
+    shifted.to_csv(tmp_path / "shifted.csv", index=False)
+    foxhunt.next_position(tmp_path / "run", data=tmp_path / "shifted.csv")
+    assert "new bar" in caplog.text and "check its prices (a shifted decimal" in caplog.text
     # Only the new bars: the whole history is asked for, not a bar count.
     frame.iloc[650:].to_csv(tmp_path / "new.csv", index=False)
     with pytest.raises(ConfigError, match="fewer than the 650 the run trained on"):
@@ -376,5 +383,14 @@ def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_pl
     weekend.loc[650, "timestamp"] = str((days[649] + pd.offsets.Week(weekday=5)).date())
     weekend.to_csv(tmp_path / "base.csv", index=False)
     caplog.clear()
-    foxhunt.next_position(tmp_path / "run")
+    final = foxhunt.next_position(tmp_path / "run")
     assert "comes on a weekend" in caplog.text
+    # The latest checkpoint's weights act on the grown file too (they were refused as if
+    # resumed: "has changed since the run trained"); at the end of training they are final's.
+    latest = foxhunt.next_position(tmp_path / "run", model="latest")
+    assert latest["model"] == "latest" and latest["new_bars"] == final["new_bars"] == 1
+    assert latest["action"] == final["action"] and latest["held"] == final["held"]
+    caplog.clear()  # a bad split is refused before the weights and the data are read
+    with pytest.raises(ConfigError, match="split must be one of train, validation, test, all"):
+        foxhunt.evaluate_run(tmp_path / "run", split="bogus", model="best")
+    assert not caplog.text

@@ -582,6 +582,7 @@ def build_trading(
         if bounds is not None and n > int(recorded["rows"]):
             # The run's own file grown in place: its new bars' dates checked as --data's are.
             _check_new_bar_times(df.index, int(recorded["rows"]), _data_label(spec))
+            _check_new_bar_prices(df, int(recorded["rows"]), _data_label(spec))
     elif recorded is not None and continues_record(recorded, df, identity):
         # The run's own bars, then new ones: the spans stay where the run trained, so its
         # normalisation and regime detector are fitted on the same training bars.
@@ -596,6 +597,7 @@ def build_trading(
                 added,
             )
             _check_new_bar_times(df.index, int(recorded["rows"]), source)
+            _check_new_bar_prices(df, int(recorded["rows"]), source)
     elif continuing and data_override is not None:
         fewer = recorded is not None and n < int(recorded["rows"])
         what = (
@@ -698,6 +700,34 @@ def _check_new_bar_times(index: Any, kept: int, source: str | None) -> None:
                 source,
                 index[i],
                 why,
+            )
+            return
+
+
+def _check_new_bar_prices(df: Any, kept: int, source: str | None) -> None:
+    """Warn when a bar appended after the run's ``kept`` bars moves the close far more than any
+    bar the run trained on did: a shifted decimal (6934,57 for 69,3457) or another asset's
+    price parses and validates, and a position would be decided on it without a word."""
+    import numpy as np
+
+    close = df["close"].to_numpy(dtype=np.float64)
+    if kept < 2 or close.size <= kept:
+        return
+    moves = np.abs(np.diff(np.log(close)))
+    largest = float(moves[: kept - 1].max())
+    limit = max(3.0 * largest, math.log(2.0))
+    for i in range(kept, close.size):
+        if moves[i - 1] > limit:
+            log.warning(
+                "%s: new bar %s moves the close from %g to %g (x%.3g), more than 3 times the "
+                "largest move of the bars the run trained on (x%.3g): check its prices (a "
+                "shifted decimal, another asset's series)",
+                source,
+                df.index[i],
+                close[i - 1],
+                close[i],
+                close[i] / close[i - 1],
+                math.exp(largest),
             )
             return
 
@@ -940,14 +970,19 @@ def check_split_sizes(
 
 
 def make_envs(
-    spec: RunSpec, *, recorded: dict[str, Any] | None = None
+    spec: RunSpec,
+    *,
+    recorded: dict[str, Any] | None = None,
+    purpose: Literal["evaluate", "resume"] = "resume",
 ) -> tuple[Any, Any, TradingSetup | None]:
     """(training env or factory, evaluation env or factory, trading setup or None).
 
-    ``recorded``: a resumed run's data record, which its data must still match exactly.
+    ``recorded``: a resumed run's data record, which its data must still match exactly; for
+    ``purpose="evaluate"`` (a checkpoint's weights read to act), grown or revised as
+    :func:`check_data_record` allows an evaluate.
     """
     if spec.is_trading:
-        setup = build_trading(spec, recorded=recorded, purpose="resume")
+        setup = build_trading(spec, recorded=recorded, purpose=purpose)
         return setup.train_env, setup.eval_env("validation"), setup
     env_id = spec.env
     assert env_id is not None

@@ -15,7 +15,7 @@ import numbers
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -141,11 +141,18 @@ def _check_same_environment(run_dir: Path, spec: RunSpec, state: dict[str, Any])
 
 
 def _build_trainer(
-    spec: RunSpec, run_dir: Path, *, progress: bool, resuming: bool = False
+    spec: RunSpec,
+    run_dir: Path,
+    *,
+    progress: bool,
+    resuming: bool = False,
+    purpose: Literal["evaluate", "resume"] = "resume",
 ) -> tuple[DQNTrainer, TradingSetup | None]:
     """The trainer and the trading market it trains on (None for a Gymnasium env).
 
-    ``resuming``: the run's data must be the very data its record (``data.json``) describes.
+    ``resuming``: the run's data must be the very data its record (``data.json``) describes,
+    or, for ``purpose="evaluate"`` (a checkpoint read for its weights), that data grown by new
+    bars or revised, as an evaluate accepts it.
     """
     # rich draws from Python's global RNG when first imported (rich.style's link ids). Import it
     # before the trainer seeds (or a resume restores) that RNG, so the progress display, which
@@ -153,7 +160,7 @@ def _build_trainer(
     import rich.style  # noqa: F401
 
     recorded = read_data_record(run_dir) if resuming and spec.is_trading else None
-    train_env, eval_env, setup = make_envs(spec, recorded=recorded)
+    train_env, eval_env, setup = make_envs(spec, recorded=recorded, purpose=purpose)
     trainer = DQNTrainer(spec.hyperparameters, train_env, eval_env=eval_env, progress=progress)
     return trainer, setup
 
@@ -372,7 +379,8 @@ def checkpoint_agent(run_dir: str | Path) -> DQNAgent:
     spec = load_spec(run_dir)
     tensors, state, path = _latest_checkpoint(run_dir, spec, "to load")
     _check_same_environment(run_dir, spec, state)
-    trainer, _ = _build_trainer(spec, run_dir, progress=False, resuming=True)
+    # Only the weights are wanted: the run's file grown by new bars (acting on them) is fine.
+    trainer, _ = _build_trainer(spec, run_dir, progress=False, resuming=True, purpose="evaluate")
     try:
         restore_state(trainer, tensors, state)
     finally:
@@ -940,6 +948,9 @@ def check_evaluation_options(
         if value is not None:
             written = str(value) if isinstance(value, Path) else value  # as the user wrote it
             raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {written!r}")
+    splits = ("train", "validation", "test", "all")
+    if spec.is_trading and split is not None and split not in splits:  # before any loading
+        raise ConfigError(f"split must be one of {', '.join(splits)}, got: {split!r}")
     if episodes is None:
         return 10
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
