@@ -532,13 +532,14 @@ def simulate_positions(
 
 
 _CHUNK_BARS = 4096
-"""Bars whose greedy actions :class:`_BatchedGreedy` computes at once, for every position."""
+"""Bars whose greedy actions :class:`_BatchedGreedy` computes at once, per position held."""
 
 
 class _BatchedGreedy:
     """``act`` for a policy that can score many observations at once (``act.q_batch``, as
     :func:`foxhunt.runs.model_policy` gives it): the greedy actions of a chunk of bars, for
-    every position, from one batched forward pass instead of one pass per bar (60 us a bar).
+    each position the walk holds there, from one batched forward pass instead of one pass per
+    bar (60 us a bar).
 
     A batched product may round differently in the last bits from a one-row one, so where the
     best action's lead over the next is within rounding reach, ``act`` itself decides: the
@@ -547,10 +548,9 @@ class _BatchedGreedy:
 
     def __init__(self, env: TradingEnv, act: Callable[[np.ndarray], int]) -> None:
         self.env, self.act, self.q_batch = env, act, act.q_batch  # type: ignore[attr-defined]
-        self.start = self.stop = -1
+        self.start = self.stop = -1  # the chunk of bars scored
         # Per position, filled when the walk first holds it in the chunk: scoring every
-        # position at every bar costs n_positions forward rows a bar (slower than the one-bar
-        # path from ~10 positions, and n_positions x the memory) where the walk visits a few.
+        # position at every bar costs n_positions forward rows a bar where the walk visits a few.
         self.best: dict[int, np.ndarray] = {}
         self.certain: dict[int, np.ndarray] = {}
 

@@ -234,22 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("best", "final", "latest"),
         help="a single run's weights: final (default), best or latest",
     )
-    pos.add_argument(
-        "--risk-aversion",
-        type=_finite_float("--risk-aversion"),
-        default=0.0,
-        help="an ensemble acts on argmax(mean - K * std) of member Q-values (default 0)",
-    )
-    pos.add_argument(
-        "--max-std",
-        type=_finite_float("--max-std", minimum=0.0),
-        help="an ensemble takes the fallback action when the chosen action's Q std exceeds this",
-    )
-    pos.add_argument(
-        "--fallback-action",
-        type=_non_negative_int("--fallback-action"),
-        help="action index an ensemble takes above --max-std (default: the flat position)",
-    )
+    _add_ensemble_policy_options(pos)
 
     rep = sub.add_parser("report", help="plot a run's training curves into RUN_DIR/report")
     rep.add_argument("run_dir", help="the run directory of `foxhunt train`")
@@ -356,23 +341,30 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int("--episodes", most=1_000_000),
         help="greedy episodes (Gymnasium envs only; default 10)",
     )
-    ee.add_argument(
+    _add_ensemble_policy_options(ee)
+    return p
+
+
+def _add_ensemble_policy_options(parser: argparse.ArgumentParser) -> None:
+    """How an ensemble decides (``ensemble evaluate``, ``position``): QEnsemble.decide's
+    arguments as flags."""
+    parser.add_argument(
         "--risk-aversion",
         type=_finite_float("--risk-aversion"),
         default=0.0,
-        help="act on argmax(mean - K * std) of member Q-values (default 0: the mean)",
+        help="an ensemble acts on argmax(mean - K * std) of member Q-values (default 0: the mean)",
     )
-    ee.add_argument(
+    parser.add_argument(
         "--max-std",
         type=_finite_float("--max-std", minimum=0.0),
-        help="take the fallback action when the chosen action's Q std exceeds this",
+        help="an ensemble takes the fallback action when the chosen action's Q std exceeds this",
     )
-    ee.add_argument(
+    parser.add_argument(
         "--fallback-action",
         type=_non_negative_int("--fallback-action"),
-        help="action index taken above --max-std (default for trading: the flat position)",
+        help="action index an ensemble takes above --max-std (default for trading: the flat "
+        "position)",
     )
-    return p
 
 
 def _overrides(items: Sequence[str]) -> dict[str, Any]:
@@ -534,14 +526,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from foxhunt.session import evaluate_run
 
     _run_dir_arg(args.run_dir)
-    if (Path(args.run_dir) / "ensemble.json").is_file():
+    if _is_ensemble(Path(args.run_dir), args.model):
         from foxhunt.ensemble import evaluate_ensemble
 
-        if args.model is not None:
-            raise ConfigError(
-                f"--model applies to single runs; {args.run_dir} is an ensemble (its members' "
-                "final weights are used)"
-            )
         out = evaluate_ensemble(
             Path(args.run_dir), split=args.split, data=args.data, episodes=args.episodes
         )
@@ -562,19 +549,7 @@ def cmd_position(args: argparse.Namespace) -> int:
     from foxhunt.session import next_position
 
     run_dir = _run_dir_arg(args.run_dir)
-    if (run_dir / "ensemble.json").is_file() and args.model is not None:
-        raise ConfigError(
-            f"--model applies to single runs; {run_dir} is an ensemble (its members' final "
-            "weights are used)"
-        )
-    options = {
-        "--risk-aversion": args.risk_aversion or None,
-        "--max-std": args.max_std,
-        "--fallback-action": args.fallback_action,
-    }
-    given = [flag for flag, value in options.items() if value is not None]
-    if given and not (run_dir / "ensemble.json").is_file():
-        raise ConfigError(f"{', '.join(given)} applies to ensembles; {run_dir} is one run")
+    _is_ensemble(run_dir, args.model)  # --model refused on an ensemble, in the flag's words
     try:
         out = next_position(
             run_dir,
@@ -587,13 +562,28 @@ def cmd_position(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:  # the library names its arguments; a user typed flags
         text = re.sub(r"^held must", "--held must", str(exc))  # "held" is a plain word too
-        raise ConfigError(_flag_names(text, *(f[2:] for f in options))) from None
+        raise ConfigError(_flag_names(text, *_ENSEMBLE_POLICY)) from None
     except FoxhuntError as exc:  # a replay wiped out says to pass held=: the flag here
         if "pass held= " not in str(exc):
             raise
         raise FoxhuntError(str(exc).replace("pass held= ", "pass --held ")) from None
     print(_json(out))
     return 0
+
+
+def _is_ensemble(run_dir: Path, model: str | None) -> bool:
+    """Whether ``run_dir`` is an ensemble; one refuses ``--model`` (members' final weights)."""
+    ensemble = (run_dir / "ensemble.json").is_file()
+    if ensemble and model is not None:
+        raise ConfigError(
+            f"--model applies to single runs; {run_dir} is an ensemble (its members' final "
+            "weights are used)"
+        )
+    return ensemble
+
+
+_ENSEMBLE_POLICY = ("max_std", "fallback_action", "risk_aversion")
+"""The library's names of the ensemble policy's arguments (``_add_ensemble_policy_options``)."""
 
 
 def _flag_names(message: str, *names: str) -> str:
@@ -707,9 +697,7 @@ def cmd_ensemble(args: argparse.Namespace) -> int:
                 episodes=args.episodes,
             )
         except ConfigError as exc:  # the library names its arguments; a user typed flags
-            raise ConfigError(
-                _flag_names(str(exc), "max_std", "fallback_action", "risk_aversion")
-            ) from None
+            raise ConfigError(_flag_names(str(exc), *_ENSEMBLE_POLICY)) from None
         print(_json(out))
         return 0
     if args.members < 2:

@@ -33,17 +33,25 @@ class DistInfo:
         return self.world_size > 1
 
 
-def _env_int(name: str, default: str | None = None) -> int:
-    """An integer torchrun sets in the environment, or one line naming what is wrong."""
+def _env(name: str, default: str | None = None) -> str:
+    """A variable torchrun sets in the environment, or one line naming it (unset or empty)."""
     from foxhunt.errors import ConfigError
 
     text = os.environ.get(name, default)
-    if text is None:
+    if not text and default is None:
         raise ConfigError(
             f"{name} must be set when WORLD_SIZE={os.environ.get('WORLD_SIZE')!r} (a data-parallel "
             "job): start it with `torchrun --nproc_per_node N -m foxhunt.cli train ...`, or unset "
             "WORLD_SIZE to train in one process"
         )
+    return str(text)
+
+
+def _env_int(name: str, default: str | None = None) -> int:
+    """An integer torchrun sets in the environment, or one line naming what is wrong."""
+    from foxhunt.errors import ConfigError
+
+    text = _env(name, default)
     try:
         return int(text)
     except ValueError:
@@ -67,8 +75,7 @@ def init_from_env(device_type: str = "cpu") -> DistInfo:
     if not 0 <= rank < world:
         raise ConfigError(f"RANK must lie in [0, WORLD_SIZE={world}), got: {rank}")
     if not dist.is_initialized():
-        if not os.environ.get("MASTER_ADDR"):
-            _env_int("MASTER_ADDR")  # unset: the one-line refusal (torchrun sets it)
+        _env("MASTER_ADDR")  # torchrun sets both; torch's own refusal is a traceback
         _env_int("MASTER_PORT")
         backend = "nccl" if device_type == "cuda" and torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend=backend)

@@ -910,11 +910,20 @@ class DQNAgent:
         """argmax_a Q(obs, a) for a batch of observations (or one, as a batch of one)."""
         return self._greedy(self._as_batch(obs)[0])
 
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """``[B, A]`` expected Q-values (float32) for a batch of observations (or one, as a
+        batch of one): what :meth:`greedy_actions` takes the argmax of."""
+        return self._q(self._as_batch(obs)[0]).float().cpu().numpy()
+
     @torch.inference_mode()
+    def _q(self, batch: np.ndarray) -> torch.Tensor:
+        """The online network's expected Q for a batch already checked by ``_as_batch``."""
+        x = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
+        return self.online_net.q_values(self.online_net(x))
+
     def _greedy(self, batch: np.ndarray) -> np.ndarray:
         """argmax_a Q for a batch already checked by ``_as_batch``."""
-        x = torch.as_tensor(batch, dtype=torch.float32, device=self.device)
-        return self.online_net.q_values(self.online_net(x)).argmax(dim=1).cpu().numpy()
+        return self._q(batch).argmax(dim=1).cpu().numpy()
 
     def act(self, obs: np.ndarray, epsilon: float = 0.0) -> np.ndarray | int:
         """Epsilon-greedy actions for a batch (or one observation, returning an int)."""

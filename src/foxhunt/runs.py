@@ -575,14 +575,13 @@ def build_trading(
     train_end, val_end = split_bounds(n, m.train_fraction, m.validation_fraction)
     identity = data_identity(df)  # hashed once: for the check and for the run's record
     bounds = None
-    # The run's bars at the same times (checked below, or refused): its detector stays too.
-    same_bars = recorded is not None and data_override is None
+    same_bars = False  # the run's bars at the same times (or refused): its detector stays too
     if recorded is not None and data_override is None:
+        same_bars = True
         bounds = check_data_record(recorded, df, identity, _data_label(spec), purpose)
         if bounds is not None and n > int(recorded["rows"]):
-            # The run's own file grown in place: its new bars' dates checked as --data's are.
-            _check_new_bar_times(df.index, int(recorded["rows"]), _data_label(spec))
-            _check_new_bar_prices(df, int(recorded["rows"]), _data_label(spec))
+            # The run's own file grown in place: its new bars checked as --data's are.
+            _check_new_bars(df, int(recorded["rows"]), _data_label(spec))
     elif recorded is not None and continues_record(recorded, df, identity):
         # The run's own bars, then new ones: the spans stay where the run trained, so its
         # normalisation and regime detector are fitted on the same training bars.
@@ -596,20 +595,13 @@ def build_trading(
                 source,
                 added,
             )
-            _check_new_bar_times(df.index, int(recorded["rows"]), source)
-            _check_new_bar_prices(df, int(recorded["rows"]), source)
-    elif continuing and data_override is not None:
-        fewer = recorded is not None and n < int(recorded["rows"])
-        what = (
-            f"holds {n} bars, fewer than the {recorded['rows']} the run trained on"
-            if fewer and recorded is not None
-            else "does not start with the bars the run trained on, at the same times"
-            + (
-                f" (its first is {recorded['first']}; a walk-forward fold trains on a slice: "
-                f"pass your file from that bar on, e.g. frame.loc['{recorded['first']}':])"
-                if recorded is not None and _starts_later(df, recorded["first"])
-                else ""
-            )
+            _check_new_bars(df, int(recorded["rows"]), source)
+    elif continuing and data_override is not None:  # (fewer bars were refused above)
+        what = "does not start with the bars the run trained on, at the same times" + (
+            f" (its first is {recorded['first']}; a walk-forward fold trains on a slice: "
+            f"pass your file from that bar on, e.g. frame.loc['{recorded['first']}':])"
+            if recorded is not None and _starts_later(df, recorded["first"])
+            else ""
         )
         raise ConfigError(
             f"data {source} {what}: pass the run's data grown by the new bars (the whole history)"
@@ -702,6 +694,12 @@ def _check_new_bar_times(index: Any, kept: int, source: str | None) -> None:
                 why,
             )
             return
+
+
+def _check_new_bars(df: Any, kept: int, source: str | None) -> None:
+    """The checks on bars appended after the run's ``kept`` bars: their dates and prices."""
+    _check_new_bar_times(df.index, kept, source)
+    _check_new_bar_prices(df, kept, source)
 
 
 def _check_new_bar_prices(df: Any, kept: int, source: str | None) -> None:
@@ -1255,10 +1253,6 @@ def model_policy(agent: Any) -> Callable[[Any], int]:
     def act(obs: Any) -> int:
         return int(agent.greedy_actions(obs)[0])
 
-    @torch.inference_mode()
-    def q_batch(obs: Any) -> Any:  # [n, actions] numpy: a backtest scores many bars at once
-        x = torch.as_tensor(agent._as_batch(obs)[0], dtype=torch.float32, device=agent.device)
-        return agent.online_net.q_values(agent.online_net(x)).float().cpu().numpy()
-
-    act.q_batch = q_batch  # type: ignore[attr-defined]
+    # A backtest scores many bars at once with it (backtest.batched_greedy).
+    act.q_batch = agent.q_values  # type: ignore[attr-defined]
     return act

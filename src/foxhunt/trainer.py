@@ -631,27 +631,21 @@ class DQNTrainer:
         step.)"""
         message = first_line(exc)
         frames = traceback.extract_tb(exc.__traceback__)
+        in_info = any(f.name == "_add_info" for f in frames)  # Gymnasium reading info dicts
+        api = (
+            "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, terminated, "
+            "truncated, info)"
+        )
         if isinstance(exc, ValueError) and "values to unpack" in message:
-            hint = (
-                "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
-                "terminated, truncated, info); an old Gym env returns other tuples"
-            )
+            hint = f"{api}; an old Gym env returns other tuples"
         elif message.startswith("rewards of shape") or any(
             "_rewards[" in (f.line or "") for f in frames
         ):
             hint = "a step's reward must be one number (a float), not an array"
-        elif (
-            isinstance(exc, AttributeError)
-            and "attribute 'items'" in message
-            # Where Gymnasium reads the info dict; the same error inside the env's own code
-            # is its own bug, raised as it is.
-            and any(f.name == "_add_info" for f in frames)
-        ):
-            hint = (
-                "a Gymnasium env's reset returns (obs, info) and its step (obs, reward, "
-                "terminated, truncated, info), info a dict; an old Gym env returns other tuples"
-            )
-        elif any(f.name == "_add_info" for f in frames):
+        elif in_info and isinstance(exc, AttributeError) and "attribute 'items'" in message:
+            # Only there: the same error inside the env's own code is its bug, raised as it is.
+            hint = f"{api}, info a dict; an old Gym env returns other tuples"
+        elif in_info:
             hint = (
                 "raised where Gymnasium gathers the sub-envs' info dicts: an info value whose "
                 "shape or type differs between sub-envs or steps fails this way; give each info "

@@ -169,10 +169,9 @@ def step_growth(old: Any, new: Any, market_return: Any, cost_rate: float) -> tup
     cost = abs(new - old) * cost_rate
     keep = 1.0 - cost  # equity left after paying the cost
     gross = 1.0 + new * market_return  # growth of what is left over the bar
-    if np.ndim(keep) == 0 and np.ndim(gross) == 0:
-        alive = keep > 0.0 and gross > 0.0 and keep * gross > WIPEOUT_GROWTH
-        return cost, (keep * gross if alive else 0.0)
     growth = keep * gross
+    if np.ndim(growth) == 0:
+        return cost, (growth if keep > 0.0 and gross > 0.0 and growth > WIPEOUT_GROWTH else 0.0)
     alive = (keep > 0.0) & (gross > 0.0) & (growth > WIPEOUT_GROWTH)
     return cost, np.where(alive, growth, 0.0)
 

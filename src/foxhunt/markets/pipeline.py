@@ -142,6 +142,16 @@ def _load_kept(model: RegimeDetector, key: str | None, state: object) -> bool:
     return True
 
 
+def _same_settings(model: RegimeDetector, state: object) -> bool:
+    """Whether a kept detector ``state`` (a run record's: any JSON) was fitted with ``model``'s
+    settings, whatever rows it was fitted on."""
+    params = state.get("params") if isinstance(state, Mapping) else None
+    settings = getattr(model, "settings", None)
+    return (
+        isinstance(params, Mapping) and callable(settings) and params.get("settings") == settings()
+    )
+
+
 def prepare_market_with_detector(
     df: pd.DataFrame,
     *,
@@ -199,14 +209,7 @@ def prepare_market_with_detector(
         model = make_detector(detector, n_regimes, seed=seed)
         key = _fit_key(train, detector, n_regimes, seed) if detector == "hmm" else None
         kept = _load_kept(model, key, detector_state)
-        params = detector_state.get("params") if isinstance(detector_state, Mapping) else None
-        if (
-            not kept
-            and keep_detector
-            and key is not None
-            and isinstance(params, Mapping)
-            and params.get("settings") == model.settings()  # type: ignore[attr-defined]
-        ):
+        if not kept and keep_detector and key is not None and _same_settings(model, detector_state):
             # ``keep_detector``: the kept state even for other training rows (its settings
             # still have to match): refitting on revised values can relabel every regime.
             kept = _load_kept(model, detector_state.get("key"), detector_state)  # type: ignore[union-attr]
