@@ -9,6 +9,9 @@ state's training-span direction: what the regime input alone is worth) and the r
     python benchmarks/trading_regimes.py --smoke         # seconds; checks the plumbing only
     python benchmarks/trading_regimes.py --market-seeds $(seq 1 20) --seeds 0 --jobs 2
                                             # 20 other markets: is the default market typical?
+    python benchmarks/trading_regimes.py --jobs 2 --variants plain_dqn --set market.n_regimes=1 \
+        --set market.features=null --set trading.window=1
+                                            # a DQN with no regime model: price features only
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from foxhunt.runs import build_spec
 from foxhunt.session import evaluate_run, run_training
 
 RESULTS = Path(__file__).parent / "results"
+VARIANTS = ("regime_conditional", "plain_dqn")
 
 
 def run_one(
@@ -149,6 +153,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         metavar="KEY=VALUE",
         help="a setting for both agents, as `foxhunt train --set` takes it; repeatable",
     )
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(VARIANTS),
+        help="the agents to train (default: both); the paired comparison needs both",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     settings = dict(parse_override(item) for item in args.settings)
@@ -156,8 +167,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     steps = 600 if args.smoke else args.steps
     seeds = args.seeds[:1] if args.smoke else args.seeds
     markets = args.market_seeds[:1] if args.smoke else args.market_seeds
-    variants = ("regime_conditional", "plain_dqn")
-    jobs = [(m, s, v) for m in markets for s in seeds for v in variants]
+    jobs = [(m, s, v) for m in markets for s in seeds for v in args.variants]
     with tempfile.TemporaryDirectory() as tmp:
         if args.jobs > 1:
             import multiprocessing as mp
@@ -194,15 +204,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{m['oracle_capture']:.2f} |"
         )
     pr = result["paired"]
-    print(
-        "\nregime-conditional minus plain DQN, per (market, seed): wins "
-        f"{pr['regime_conditional_wins']} of {len(pr['seeds'])}, mean {pr['mean_difference']:+.3f}"
-        + (
-            f" (standard error {pr['stderr_of_difference']:.3f})"
-            if pr["stderr_of_difference"]
-            else ""
+    if pr["seeds"]:
+        print(
+            "\nregime-conditional minus plain DQN, per (market, seed): wins "
+            f"{pr['regime_conditional_wins']} of {len(pr['seeds'])}, "
+            f"mean {pr['mean_difference']:+.3f}"
+            + (
+                f" (standard error {pr['stderr_of_difference']:.3f})"
+                if pr["stderr_of_difference"]
+                else ""
+            )
         )
-    )
     return result
 
 

@@ -245,6 +245,21 @@ def test_trading_regimes_smoke(tmp_path: Path, settings: list[str]) -> None:
     )
 
 
+def test_trading_regimes_one_variant_without_a_regime_model(tmp_path: Path) -> None:
+    """`--variants plain_dqn` with one regime state (no regime model): only that agent is
+    trained, and there is nothing to pair it with."""
+    module = importlib.import_module("trading_regimes")
+    out = tmp_path / "r.json"
+    module.main(
+        ["--smoke", "--out", str(out), "--variants", "plain_dqn", "--set", "market.n_regimes=1"]
+    )
+    written = json.loads(out.read_text())
+    assert [r["variant"] for r in written["rows"]] == ["plain_dqn"]
+    assert math.isfinite(written["rows"][0]["agent_log_return"])
+    assert written["paired"]["seeds"] == [] and written["paired"]["mean_difference"] is None
+    assert "regime_conditional" not in written["mean"]
+
+
 def test_trading_regimes_pairs_by_market_and_counts_each_market_once() -> None:
     """Over several markets a baseline is each market's figure once (not once per agent row),
     and the agents are paired within a (market, seed)."""
