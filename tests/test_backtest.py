@@ -497,6 +497,31 @@ def test_a_report_stopped_while_plotting_leaves_the_previous_one_whole(tmp_path,
             bt.write_report(tmp_path / where, new, "new")
     assert {k: p.read_bytes() for k, p in paths.items()} == before
     assert not (tmp_path / "fresh").exists()
+    monkeypatch.undo()
+
+    # A disk that fills at the third file: before, the first two were already replaced.
+    import errno
+    import os
+
+    from foxhunt import _io
+
+    real, opened = os.fdopen, []
+
+    def full_disk(fd, *args, **kwargs):
+        opened.append(fd)
+        if len(opened) == 3:
+            os.close(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # no file name, as ENOSPC
+        return real(fd, *args, **kwargs)
+
+    monkeypatch.setattr(_io.os, "fdopen", full_disk)
+    with pytest.raises(OSError) as err:
+        bt.write_report(tmp_path / "out", new, "new")
+    assert err.value.filename in {str(p) for p in paths.values()}  # the file it was writing
+    assert {k: p.read_bytes() for k, p in paths.items()} == before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        p.name for p in paths.values()
+    )  # and no temporary left
 
 
 def test_periods_per_year_is_read_from_the_timestamps():

@@ -730,3 +730,54 @@ def test_a_failed_atomic_write_names_the_file_asked_for(tmp_path: Path, monkeypa
     with pytest.raises(OSError) as err:
         atomic_write_text(tmp_path / "x.csv", "data")
     assert err.value.filename == str(tmp_path / "x.csv") and err.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize(("total", "saves"), [(600, [300, 600]), (700, [300, 600, 700])])
+def test_the_end_of_a_run_is_not_saved_twice(total: int, saves: list[int]) -> None:
+    """A periodic checkpoint at the last step (checkpoint_interval dividing the total) already
+    holds the final state: saving it again doubled the I/O, and replacing a checkpoint needs
+    room for two, so a disk the run fit on all along failed it at its last step."""
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.trainer import DQNTrainer
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.steps: list[int] = []
+
+        def save(self, trainer: DQNTrainer) -> Path:
+            self.steps.append(trainer.env_steps)
+            return Path("unused")
+
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,), learning_starts=100, checkpoint_interval=300, eval_interval=0
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        trainer._checkpointer = first = Recorder()
+        trainer.learn(total)
+        assert first.steps == saves
+        trainer._checkpointer = second = Recorder()  # another destination: it gets the state
+        trainer.learn(total)
+        assert second.steps == [saves[-1]]
+    finally:
+        trainer.close()
+
+
+def test_a_full_disk_inside_safetensors_names_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """safetensors raises its own error for ENOSPC; the CLI could only say "No space left on
+    device (writing a checkpoint)", without the path. It is a CheckpointError naming it now."""
+    from safetensors import SafetensorError
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No '
+            'space left on device" })'
+        )
+
+    monkeypatch.setattr(ck._st, "save_file", full)
+    target = tmp_path / "step-000000000010"
+    with pytest.raises(CheckpointError, match=r"could not write checkpoint .*step-000000000010: "):
+        save_checkpoint(target, _step_tensors(10), {"step": 10})
+    assert list(tmp_path.iterdir()) == []  # the partial directory is gone

@@ -72,6 +72,58 @@ def test_a_users_env_with_a_state_attribute_is_not_captured_by_guess() -> None:
     assert state is not None and "fickle_step" in state["base"]["attrs"]
 
 
+class _Tagged(gym.Env):
+    """obs = [step in episode, tag, episode number]; reward 1 a step; no capturable state."""
+
+    observation_space = gym.spaces.Box(-1e6, 1e6, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, tag: float) -> None:
+        self.tag, self.episode, self.t = tag, -1, 0
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[override]
+        super().reset(seed=seed)
+        self.t, self.episode = 0, self.episode + 1
+        return self._obs(), {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.tag, self.episode], np.float32)
+
+    def step(self, action):  # type: ignore[override]
+        self.t += 1
+        return self._obs(), 1.0, False, False, {}
+
+
+def test_a_fresh_reset_resume_does_not_splice_n_step_returns_across_episodes() -> None:
+    """n-step starts pending at the checkpoint end where their env stood then (bootstrapped,
+    as truncated); before, the new episode's first rewards and states were appended to them."""
+    from foxhunt.trainstate import capture_state, restore_state
+
+    hp = DQNHyperparameters(
+        n_step=3, gamma=0.5, learning_starts=10_000, hidden_sizes=(8,), eval_interval=0
+    )
+    before = DQNTrainer(hp, lambda: _Tagged(0.0))
+    for _ in range(7):  # 7 steps into the episode: starts t=5 and t=6 pending
+        before.collect_step()
+    tensors, state = capture_state(before)
+    after = DQNTrainer(hp, lambda: _Tagged(1.0))
+    restore_state(after, {k: v.clone() for k, v in tensors.items()}, state)
+    assert get_env_state(after.envs.envs[0]) is None  # the fresh-reset path
+    stored = after.replay.size
+    for _ in range(4):
+        after.collect_step()
+    r = after.replay
+    obs, next_obs = r.obs[stored : r.size].numpy(), r.next_obs[stored : r.size].numpy()
+    rewards, discounts = r.rewards[stored : r.size].numpy(), r.discounts[stored : r.size].numpy()
+    assert np.array_equal(obs[:, 1], next_obs[:, 1])  # never from one episode into another
+    assert obs[:2, :2].tolist() == [[5, 0], [6, 0]] and (next_obs[:2, 0] == 7).all()
+    assert rewards[:2].tolist() == [1.5, 1.0] and discounts[:2].tolist() == [0.25, 0.5]
+    assert r.dones[stored : stored + 2].sum() == 0  # truncated: they bootstrap
+    assert obs[2].tolist() == [0, 1, 0] and rewards[2] == 1.75  # the new episode, from t=0
+    # and the new episode is not the run's first one again: the restart reseeds the envs
+    assert after.envs.envs[0].np_random_seed != before.envs.envs[0].np_random_seed
+
+
 @pytest.mark.parametrize(
     ("env_id", "needle"),
     [

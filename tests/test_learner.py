@@ -14,6 +14,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from foxhunt.batch import Batch, split_sizes
+from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError
 from foxhunt.learner import DQNAgent, resolve_device
 from foxhunt.trainer import DQNTrainer
@@ -460,6 +461,61 @@ def test_lr_schedule_per_optimizer_step(case: str, hp_factory, agent_factory, ba
         torch.testing.assert_close(
             _flat(agent.params) - before, -base_lr * factor * grads, rtol=1e-4, atol=1e-7
         )
+
+
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_a_decay_over_the_run_ends_at_its_last_step_for_any_total(warmup: int) -> None:
+    """lr_decay_steps None: the cosine decay ends at the last optimizer step that learn(total)
+    takes, whatever the total (a fixed length ended early in a longer run, and hardly began in
+    a shorter one)."""
+    from foxhunt.trainer import planned_updates
+
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,),
+        learning_starts=100,
+        batch_size=16,
+        train_freq=4,
+        lr_schedule="cosine",
+        lr_warmup_steps=warmup,
+        lr_final_ratio=0.1,
+        eval_interval=0,
+        device="cpu",
+    )
+    assert hp.lr_decay_steps is None
+    for total in (300, 700):
+        trainer = DQNTrainer(hp, "CartPole-v1")
+        lrs: list[float] = []
+        step = trainer.agent.optimizer_step
+
+        def recording_step(step=step, lrs=lrs) -> Any:
+            stats = step()
+            lrs.append(stats.lr)
+            return stats
+
+        trainer.agent.optimizer_step = recording_step  # type: ignore[method-assign]
+        try:
+            trainer.learn(total)
+        finally:
+            trainer.close()
+        n = planned_updates(0, total, hp)
+        assert len(lrs) == n and trainer.agent.lr_decay_steps == n - 1 - warmup
+        decay = [hp.learning_rate * _cos(t, n - 1 - warmup, 0.1) for t in range(n - warmup)]
+        warm = [hp.learning_rate * (t + 1) / warmup for t in range(warmup)]
+        assert lrs == pytest.approx(warm + decay, rel=1e-12)
+        assert lrs[-1] == pytest.approx(hp.learning_rate * 0.1, rel=1e-12)
+
+
+def test_an_agent_stepped_outside_a_trainer_needs_a_decay_length(
+    hp_factory, agent_factory, batch_factory
+) -> None:
+    agent = agent_factory(hp_factory(lr_schedule="linear", lr_decay_steps=None))
+    agent.backward_only(batch_factory(8, seed=0))
+    before = [p.detach().clone() for p in agent.params]
+    with pytest.raises(ConfigError, match="lr_decay_steps must be set to step an agent outside"):
+        agent.optimizer_step()
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.params, strict=True))
+    agent.plan_lr_decay(5)  # what DQNTrainer.learn does
+    assert agent.optimizer_step().lr == pytest.approx(agent.hp.learning_rate)
 
 
 # --- misc ---------------------------------------------------------------------------------------

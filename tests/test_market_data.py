@@ -1698,6 +1698,17 @@ def test_adjusted_and_unadjusted_prices_meeting_are_said(tmp_path, caplog):
     text += "2024-01-03,184.22,185.88,183.43,183.55\n"
     assert load_ohlcv(write(tmp_path, text))["close"].tolist() == [184.94, 183.55]
     assert "close read from 'Adj Close' beside unadjusted 'Open', 'High', 'Low'" in caplog.text
+    # Adjusted for dividends, the close falls below the unadjusted low: the refusal says why.
+    text = "Date,Open,High,Low,Adj Close\n2024-01-02,187.15,188.44,183.89,180.94\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text), min_rows=1)
+    assert_one_line(err, "low 183.89 is above close 180.94", "read from 'Adj Close', an adjusted")
+    # Every price adjusted alike: a bad bar is refused without the hint.
+    text = "Date,Adj Open,Adj High,Adj Low,Adj Close\n2024-01-02,187.15,188.44,183.89,180.94\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text), min_rows=1)
+    assert "low 183.89 is above close 180.94" in str(err.value)
+    assert "adjusted close" not in str(err.value)
     caplog.clear()
     # Quandl WIKI: the unadjusted close jumps 7x at a split the adjusted close does not.
     text = "Date,Open,High,Low,Close,Adj. Open,Adj. High,Adj. Low,Adj. Close\n"

@@ -100,6 +100,9 @@ def assert_same_weights(a: Path, b: Path) -> int:
         pytest.param({"env": "FrozenLake-v1"}, id="frozenlake"),
         # compile with Adam: every update is the one-graph whole step, recompiled by the resume.
         pytest.param({"compile": "true", "optimizer": "adam"}, id="compiled-whole-step"),
+        # A linear decay over the run (lr_decay_steps null): its length is planned from the
+        # total, again in the resuming process.
+        pytest.param({"lr_schedule": "linear", "lr_final_ratio": 0.1}, id="lr-decay-over-run"),
     ],
 )
 def test_resume_in_new_process_is_bitwise_exact(tmp_path: Path, variant: dict) -> None:
@@ -331,7 +334,12 @@ def test_a_new_total_that_moves_the_schedules_is_said(caplog: pytest.LogCaptureF
     from foxhunt.trainer import DQNTrainer
 
     hp = DQNHyperparameters(
-        hidden_sizes=(8,), exploration_fraction=0.9, prioritized_replay=True, device="cpu"
+        hidden_sizes=(8,),
+        exploration_fraction=0.9,
+        prioritized_replay=True,
+        lr_schedule="cosine",  # over the run (lr_decay_steps None): it follows the total too
+        learning_starts=100,
+        device="cpu",
     )
     trainer = DQNTrainer(hp, "CartPole-v1")
     try:
@@ -341,6 +349,11 @@ def test_a_new_total_that_moves_the_schedules_is_said(caplog: pytest.LogCaptureF
         _warn_schedule_change(trainer, 600)
         assert "epsilon follows the new total of 600 env steps (was 400)" in caplog.text
         assert "from 0.05 to 0.2963" in caplog.text and "PER beta follows" in caplog.text
+        assert (
+            "the learning rate's cosine decay follows the new total of 600 env steps (was "
+            in (caplog.text)
+            and "it ends at optimizer step 126 (was 76; 0 taken)" in caplog.text
+        )
         assert trainer.total_env_steps == 400  # only asked, not changed
     finally:
         trainer.close()

@@ -6,8 +6,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from foxhunt.errors import FoxhuntError
 
@@ -29,33 +30,56 @@ def _read_umask() -> int:
 
 
 _FILE_MODE = 0o666 & ~_read_umask()
+_T = TypeVar("_T")
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to a temp file in the same directory, fsync it, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_many({Path(path): data})
+
+
+def atomic_write_many(files: Mapping[Path, bytes]) -> None:
+    """Write several files all or nothing: every temp file is written and fsync-ed before the
+    first rename, so a write error (a full disk part way) leaves every previous file as it was,
+    never a new file beside an old one. Only a crash between the renames can mix them."""
+    temps: list[tuple[str, Path]] = []
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as err:  # named by the temp file's name, which the user never gave
+        for path, data in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = _named(path, tempfile.mkstemp, dir=path.parent, prefix=f".{path.name}.")
+            temps.append((tmp, path))
+            # mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask)
+            # so run files stay readable by whoever the user's umask allows.
+            if hasattr(os, "fchmod"):  # POSIX
+                os.fchmod(fd, _FILE_MODE)
+            _named(path, _write_and_sync, fd, data)
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    for parent in dict.fromkeys(path.parent for _, path in temps):
+        fsync_dir(parent)
+
+
+def _write_and_sync(fd: int, data: bytes) -> None:
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _named(path: Path, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)``, its OSError naming ``path``: the temp file's name is one the
+    user never gave, and a full disk's ENOSPC (raised by write or fsync) names no file."""
+    try:
+        return fn(*args, **kwargs)
+    except OSError as err:
         if err.errno is None:
             raise
         raise type(err)(err.errno, err.strerror, str(path)) from err
-    try:
-        # mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask) so
-        # run files stay readable by whoever the user's umask allows, like every other file.
-        if hasattr(os, "fchmod"):  # POSIX
-            os.fchmod(fd, _FILE_MODE)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from foxhunt._io import atomic_write_bytes
+from foxhunt._io import atomic_write_many
 from foxhunt.envs.trading import (
     BANKRUPTCY_REWARD,
     MAX_LEVERAGE,
@@ -925,10 +925,12 @@ _BASELINES_NOTE = (
 )
 # Said under every report's tables: the conventions a reader cannot guess from the numbers.
 _DEFINITIONS = (
-    "Definitions: returns are per-bar log returns net of costs; volatility, Sharpe (mean / std) "
-    "and Sortino (mean / root mean square of the losing bars, over all bars) are computed on "
-    "them, at a zero risk-free rate, and annualised by the square root of the bars per year; "
-    "annualised return is exp(mean x bars per year) - 1. Sharpe is shown as 0 when returns do "
+    "Definitions: returns are per-bar log returns net of costs; volatility, Sharpe (mean / std, "
+    "sample std with ddof 1) and Sortino (mean / root mean square of the losing bars, over all "
+    "bars) are computed on them, at a zero risk-free rate, and annualised by the square root of "
+    "the bars per year; annualised return is exp(mean x bars per year) - 1. Max drawdown is the "
+    "largest fall of equity from its running peak, the starting equity counting as a peak. "
+    "Sharpe is shown as 0 when returns do "
     "not vary, Sortino as 0 when no bar loses and Calmar (annualised return / max drawdown) as "
     "0 when there is no drawdown; a strategy wiped out shows n/a for its log-return figures. "
     "Turnover is the mean |change of position| per bar, in units of "
@@ -1039,6 +1041,6 @@ img {{ max-width: 100%; }}
     }
     contents["json"] = json.dumps(payload, indent=2, allow_nan=False).encode()
     out.mkdir(parents=True, exist_ok=True)
-    for key, data in contents.items():
-        atomic_write_bytes(paths[key], data)
+    # All or nothing: a full disk part way through leaves the previous report whole.
+    atomic_write_many({paths[key]: data for key, data in contents.items()})
     return paths

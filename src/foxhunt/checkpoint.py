@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import safetensors.torch as _st
 import torch
+from safetensors import SafetensorError
 
 from foxhunt.errors import CheckpointError, ConfigError, first_line
 
@@ -339,7 +340,7 @@ def save_checkpoint(
         }
         _write_file(tmp / MANIFEST_FILE, json.dumps(manifest, indent=2).encode("ascii"))
         _fsync_dir(tmp)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # safetensors' own error for a full disk
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"could not write checkpoint {path}: {exc}") from exc
     except BaseException:

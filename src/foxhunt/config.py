@@ -237,8 +237,11 @@ class DQNHyperparameters(BaseModel):
     """Learning-rate schedule after warmup, counted in optimizer steps."""
     lr_warmup_steps: NonNegativeInt = 0
     """Optimizer steps of linear warmup from 0 to learning_rate."""
-    lr_decay_steps: PositiveInt = 100_000
-    """Optimizer steps over which linear/cosine decay reaches lr_final_ratio (after warmup)."""
+    lr_decay_steps: PositiveInt | None = None
+    """Optimizer steps over which linear/cosine decay reaches lr_final_ratio (after warmup).
+    None = the run's: the decay ends at the last optimizer step ``learn(total)`` plans, so a
+    run given another total keeps the schedule's shape (as epsilon's span follows the total,
+    and Stable-Baselines3's schedules follow the progress of the run)."""
     lr_final_ratio: Fraction = 0.1
     """Final learning rate as a fraction of learning_rate (linear and cosine)."""
     lr_step_size: PositiveInt = 10_000
@@ -246,7 +249,10 @@ class DQNHyperparameters(BaseModel):
     lr_step_gamma: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 0.5
     """Multiplicative factor of the step schedule."""
     loss: Literal["huber", "mse"] = "huber"
-    """TD loss for scalar heads (quantile heads always use the quantile Huber loss)."""
+    """TD loss for scalar heads (quantile heads always use the quantile Huber loss). ``mse`` is
+    ½·TD², Huber's quadratic part, so the two agree inside ``huber_delta``; CleanRL's
+    ``F.mse_loss`` is twice it: its gradients are half CleanRL's, so ``max_grad_norm`` clips at
+    what is twice the norm there (and with SGD each step is half as long)."""
     huber_delta: PositiveFloat = 1.0
     """Huber threshold (also kappa of the quantile Huber loss)."""
 

@@ -79,8 +79,9 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def _lr_lambda(hp: DQNHyperparameters):  # type: ignore[no-untyped-def]
-    """Learning-rate multiplier as a function of optimizer steps taken."""
+def _lr_lambda(hp: DQNHyperparameters, agent: DQNAgent):  # type: ignore[no-untyped-def]
+    """Learning-rate multiplier as a function of optimizer steps taken (the decay's length is
+    the agent's ``lr_decay_steps``: the run's when the hyperparameter is None)."""
     warm = hp.lr_warmup_steps
 
     def fn(step: int) -> float:
@@ -91,7 +92,7 @@ def _lr_lambda(hp: DQNHyperparameters):  # type: ignore[no-untyped-def]
             return 1.0
         if hp.lr_schedule == "step":
             return hp.lr_step_gamma ** (t // hp.lr_step_size)
-        frac = min(1.0, t / hp.lr_decay_steps)
+        frac = min(1.0, t / (agent.lr_decay_steps or 1))
         if hp.lr_schedule == "linear":
             return 1.0 + (hp.lr_final_ratio - 1.0) * frac
         cos = 0.5 * (1.0 + math.cos(math.pi * frac))  # cosine
@@ -338,7 +339,10 @@ class DQNAgent:
         self._clip_coef = (
             torch.zeros((), dtype=torch.float32) if self.device.type == "cpu" else None
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(hp))
+        self.lr_decay_steps: int | None = hp.lr_decay_steps
+        """The linear/cosine decay's length in optimizer steps: the hyperparameter's, or with
+        None the run's, which ``DQNTrainer.learn`` sets from its total."""
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(hp, self))
         self.autocast_dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[
             hp.mixed_precision
         ]
@@ -536,6 +540,7 @@ class DQNAgent:
         gradients are dropped and the stats say ``skipped``.
         """
         hp = self.hp
+        self._require_decay_length()
         lr = float(self.optimizer.param_groups[0]["lr"])
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -598,6 +603,33 @@ class DQNAgent:
         if self.optimizer_steps % self.hp.target_update_interval == 0:
             self.sync_target()
         return GradientStats(pre_f, post_f, clipped, lr, False, self.optimizer_steps)
+
+    def plan_lr_decay(self, updates: int) -> None:
+        """With ``lr_decay_steps`` None: make the linear/cosine decay end at the last of a run's
+        ``updates`` optimizer steps (counted from the start of training, so a resume with the
+        same total continues the same schedule). The next step's rate follows at once."""
+        if self.hp.lr_decay_steps is not None:
+            return
+        length = max(1, updates - 1 - self.hp.lr_warmup_steps)
+        if length == self.lr_decay_steps:
+            return
+        self.lr_decay_steps = length
+        sched = self.scheduler
+        for group, base, fn in zip(
+            self.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas, strict=True
+        ):
+            group["lr"] = base * fn(sched.last_epoch)  # LambdaLR's own expression
+        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # type: ignore[attr-defined]
+
+    def _require_decay_length(self) -> None:
+        """Before a step: a decay over "the run" needs the run's length, which a trainer gives
+        (an agent stepped by the user's own loop has none)."""
+        if self.lr_decay_steps is None and self.hp.lr_schedule in ("linear", "cosine"):
+            raise ConfigError(
+                f"lr_decay_steps must be set to step an agent outside DQNTrainer.learn with "
+                f"lr_schedule={self.hp.lr_schedule!r}, got: None (None means the run's length, "
+                "which learn(total) plans)"
+            )
 
     # --- one compiled graph for the whole step
     def update(self, batch: Batch) -> tuple[MicroBatchResult, GradientStats]:
@@ -729,6 +761,7 @@ class DQNAgent:
         return torch.compile(_own_code(whole_step), dynamic=False)
 
     def _run_whole_step(self, batch: Batch) -> tuple[MicroBatchResult, GradientStats]:
+        self._require_decay_length()
         if not self.online_net.training:
             self.online_net.train()
         state = self.optimizer.state

@@ -20,7 +20,8 @@ def td_target(
 def scalar_td_loss(
     q_taken: torch.Tensor, target: torch.Tensor, kind: str = "huber", delta: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample Huber or squared TD loss and the signed TD error ``target - Q``."""
+    """Per-sample Huber or squared TD loss (½·TD², Huber's quadratic part) and the signed TD
+    error ``target - Q``."""
     td = target - q_taken
     if kind == "huber":
         loss = F.huber_loss(q_taken, target, reduction="none", delta=delta)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foxhunt._io import atomic_write_bytes
+from foxhunt._io import atomic_write_many
 from foxhunt.errors import FoxhuntError, first_line
 
 if TYPE_CHECKING:
@@ -336,20 +336,20 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
         frame = frame.assign(row=range(len(frame)))
 
     out_dir = run_dir / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
+    contents: dict[Path, bytes] = {}  # written together at the end, all or nothing
     images: list[tuple[str, str]] = []
 
     for plot in _PLOTS:
         if not any(_has_data(frame, column) for column in plot.columns):
             continue
         path = out_dir / f"{plot.name}.png"
-        atomic_write_bytes(path, _single_axes_figure(plot, frame, x))
+        contents[path] = _single_axes_figure(plot, frame, x)
         written[plot.name] = path
         images.append((path.name, plot.title))
     if any(_has_data(frame, column) for column in _THROUGHPUT):
         path = out_dir / "throughput.png"
-        atomic_write_bytes(path, _throughput_figure(frame, x))
+        contents[path] = _throughput_figure(frame, x)
         written["throughput"] = path
         images.append((path.name, "Throughput"))
 
@@ -373,6 +373,7 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
         " ".join(alerts) or None,
     )
     index = out_dir / _INDEX
-    atomic_write_bytes(index, page.encode("utf-8"))
+    contents[index] = page.encode("utf-8")
+    atomic_write_many(contents)
     written["index"] = index
     return written

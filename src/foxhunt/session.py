@@ -44,6 +44,7 @@ from foxhunt.trainer import (
     DQNTrainer,
     episode_returns,
     evaluation_step_limit,
+    planned_updates,
 )
 from foxhunt.trainstate import capture_state, restore_state
 
@@ -502,6 +503,20 @@ def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:
     trainer.total_env_steps = total
     after = (trainer.epsilon, trainer.beta)
     trainer.total_env_steps = own
+    hp = trainer.hp
+    if hp.lr_decay_steps is None and hp.lr_schedule in ("linear", "cosine"):
+        ends = [planned_updates(0, t, hp) for t in (own, total)]
+        if ends[0] != ends[1]:
+            log.warning(
+                "the learning rate's %s decay follows the new total of %d env steps (was %d): "
+                "it ends at optimizer step %d (was %d; %d taken)",
+                hp.lr_schedule,
+                total,
+                own,
+                ends[1],
+                ends[0],
+                trainer.agent.optimizer_steps,
+            )
     for name, old, new in zip(("epsilon", "PER beta"), before, after, strict=True):
         if name == "PER beta" and not trainer.hp.prioritized_replay:
             continue

@@ -435,6 +435,7 @@ class DQNTrainer:
         self._loop_iterations = 0  # data-parallel ranks share stop requests every 16 of them
         self._callback_stop = False  # a learn() callback asked to end (data parallel)
         self._obs: np.ndarray | None = None
+        self._stale_obs: np.ndarray | None = None  # where envs stood before a fresh-reset resume
         self._ep_return = np.zeros(hp.n_envs, dtype=np.float64)
         self._ep_length = np.zeros(hp.n_envs, dtype=np.int64)
         self._window = MetricsWindow()
@@ -443,6 +444,7 @@ class DQNTrainer:
         self._next_eval = hp.eval_interval if hp.eval_interval else math.inf
         self._next_ckpt = hp.checkpoint_interval if hp.checkpoint_interval else math.inf
         self._checkpointer: Any | None = None
+        self._saved_at: tuple[Any, int, int] | None = None  # where the last save went, and when
         self._pending_eval: float | None = None
         self._interrupt_requested = 0
         self.best_state: dict[str, torch.Tensor] | None = None
@@ -666,8 +668,18 @@ class DQNTrainer:
         ) from exc
 
     def _reset_envs(self) -> None:
+        if self._stale_obs is not None and any(self.nstep.queues):
+            # n-step starts of the episodes this reset abandons (a resume that could not restore
+            # the envs): stored as truncated where their env stood, never continued into the
+            # new episodes' rewards and states.
+            tr = self.nstep.flush(self._stale_obs)
+            self.replay.add(tr.obs, tr.actions, tr.rewards, tr.next_obs, tr.dones, tr.discounts)
+        self._stale_obs = None
+        seed = self.hp.seed + 100_003 * self.dist.rank
+        if self.env_steps:  # a restart mid-run: not the first episodes of the run again
+            seed = int(np.random.SeedSequence([seed, self.env_steps]).generate_state(1)[0])
         try:
-            obs, _ = self.envs.reset(seed=self.hp.seed + 100_003 * self.dist.rank)
+            obs, _ = self.envs.reset(seed=seed)
             self._obs = np.asarray(obs, dtype=np.float32)
         except FoxhuntError:
             raise
@@ -778,6 +790,7 @@ class DQNTrainer:
                 hp.learning_starts,
             )
         self.total_env_steps = total_env_steps
+        self.agent.plan_lr_decay(planned_updates(0, total_env_steps, hp))
         progress = self._make_progress(total_env_steps)
         t_start = time.perf_counter()
         steps_start, updates_start = self.env_steps, self.agent.optimizer_steps
@@ -787,8 +800,16 @@ class DQNTrainer:
             self._loop(total_env_steps, progress, callback)
         elapsed = time.perf_counter() - t_start
         summary = self.summary(elapsed, self.env_steps - steps_start, updates_start)
-        self._checked_save()
+        if self._saved_at != self._save_key():
+            # A periodic checkpoint at this very step (checkpoint_interval dividing the total)
+            # already holds this state: writing it again replaced it with an identical copy,
+            # twice the I/O, and a replace needs room for both copies (a disk the run just fit
+            # on then failed it at its last step).
+            self._checked_save()
         return summary
+
+    def _save_key(self) -> tuple[Any, int, int]:
+        return (self._checkpointer, self.env_steps, self.agent.optimizer_steps)
 
     def summary(
         self, elapsed: float = 0.0, env_steps_done: int = 0, updates_start: int | None = None
@@ -1054,7 +1075,9 @@ class DQNTrainer:
                 env_steps=self.env_steps,
                 optimizer_steps=self.agent.optimizer_steps,
             )
-        return self.save_checkpoint()
+        path = self.save_checkpoint()
+        self._saved_at = self._save_key()  # on every rank alike (they save in lockstep)
+        return path
 
     @torch.inference_mode()
     def _network_health(self, rows: int = 256) -> tuple[bool, float]:

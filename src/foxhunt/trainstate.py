@@ -557,6 +557,7 @@ def _apply_state(
     best = {k[5:]: v.clone() for k, v in tensors.items() if k.startswith("best.")}
     trainer.best_state = best or None
     stage[0] = "envs"
+    trainer._stale_obs = None
     if not lp["has_obs"]:
         trainer._obs = None
     elif state["envs"] is not None:
@@ -569,6 +570,9 @@ def _apply_state(
             "reset (episodes in progress at the checkpoint are restarted)"
         )
         trainer._obs = None
+        # The n-step starts pending at the checkpoint end where their env stood then: flushed
+        # as truncated (bootstrapping from it) at the fresh reset, not spliced onto new episodes.
+        trainer._stale_obs = tensors["loop.obs"].numpy().copy()
         trainer._ep_return[:] = 0.0
         trainer._ep_length[:] = 0
     stage[0] = "rng"

@@ -965,6 +965,7 @@ def _adjustment_notes(
         present = [c for c in ("open", "high", "low") if c in found]
         unadjusted = [str(found[c]) for c in present]
         if unadjusted and all(found[c] != fallback.get(f"adj {c}") for c in present):
+            frame.attrs["adjusted_close"] = str(adjusted)  # the OHLC checks' errors say so too
             log.warning(
                 "%s: close read from %r beside unadjusted %s: the bars mix adjusted and "
                 "unadjusted prices",
@@ -2306,12 +2307,19 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
         if frame.attrs.get("positional")
         else ""
     )
+    mixed = frame.attrs.get("adjusted_close")
     for canon, bad, relation, other in checks:
         if bad.any():
             pos = int(np.argmax(bad))
+            hint = (
+                f" (the close was read from {mixed!r}, an adjusted close, beside unadjusted "
+                "open/high/low: keep only adjusted columns, or add the unadjusted close)"
+                if mixed and other is c
+                else ""
+            )
             raise DataError(
                 f"{label}: column {names[canon]!r} {where(pos)}: {canon} "
-                f"{_fmt(values[canon][pos])} {relation} {_fmt(other[pos])}{positional}"
+                f"{_fmt(values[canon][pos])} {relation} {_fmt(other[pos])}{hint}{positional}"
             )
     negative = values["volume"] < 0
     if negative.any():

@@ -91,6 +91,18 @@ class NStepAccumulator:
                         break
         return _stack(out, obs)
 
+    def flush(self, next_obs: np.ndarray) -> Transitions:
+        """Emit every pending start as a truncated transition bootstrapping from ``next_obs[i]``
+        (the observation its env stood at) and empty the queues: for a stream that cannot go on
+        (a resume whose envs restart from a fresh reset). Without it the next ``push`` would
+        splice the old episode's pending steps onto the new episode's rewards and states."""
+        out: list[Transitions] = []
+        for i, q in enumerate(self.queues):
+            while q:
+                out.append(self._emit(q, next_obs[i], 0.0))
+                q.popleft()
+        return _stack(out, next_obs)
+
     def _emit(self, q: deque[Any], next_obs: np.ndarray, done: float) -> Transitions:
         """The n-step transition starting at ``q[0]`` (and those of its counterfactuals)."""
         ret = 0.0
