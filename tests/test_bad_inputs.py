@@ -729,3 +729,12 @@ def test_an_edited_trading_section_is_refused_naming_config_yaml(tmp_path: Path)
     (tmp_path / "config.yaml").write_text(RunSpec(trading={"cost_bps": -3}).to_yaml())
     with pytest.raises(ConfigError, match=r"config\.yaml: trading\.cost_bps.*-3"):
         load_spec(tmp_path)
+
+
+def test_a_data_link_that_loops_is_one_line(cli: ForkedCli, tmp_path: Path) -> None:
+    """Path.resolve raised RuntimeError on a symlink loop: a traceback (before, the CLI's own
+    check called it "not found")."""
+    (tmp_path / "loop.csv").symlink_to("loop.csv")
+    result = cli(*TRADE, "--data", "loop.csv", cwd=tmp_path)
+    assert_user_error(result, "loop.csv", "a symbolic link whose target does not resolve")
+    assert not (tmp_path / "run").exists()

@@ -713,6 +713,11 @@ def test_atomic_writes_get_the_mode_a_plain_open_would(tmp_path: Path) -> None:
     plain.write_text("x")
     mode = (tmp_path / "a.json").stat().st_mode & 0o777
     assert mode == plain.stat().st_mode & 0o777 == _FILE_MODE
+    # a checkpoint's tensors too (safetensors creates its file 0600)
+    ckpt = save_checkpoint(tmp_path / "step-1", _step_tensors(1), {"step": 1})
+    assert {p.name: p.stat().st_mode & 0o777 for p in ckpt.iterdir()} == dict.fromkeys(
+        ("tensors.safetensors", "state.json", "manifest.json"), _FILE_MODE
+    )
     assert not list(tmp_path.glob(".*.tmp")) and os.access(tmp_path / "a.json", os.R_OK)
 
 

@@ -381,6 +381,23 @@ def test_file_not_found(tmp_path):
     assert_one_line(err, "nope.csv", "not found")
 
 
+def test_a_pipe_or_a_dangling_link_is_named_as_such(tmp_path):
+    """A FIFO was reported as "file is empty" (its size is 0) and a symlink loop as "not
+    found"; and reading a FIFO no one writes to would wait for ever."""
+    import os
+
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError) as err:
+        load_ohlcv(fifo)
+    assert_one_line(err, "fifo.csv", "is not a regular file (a pipe or a device)")
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to(loop)
+    with pytest.raises(DataError) as err:
+        load_ohlcv(loop)
+    assert_one_line(err, "loop.csv", "a symbolic link whose target does not resolve")
+
+
 def test_empty_file(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, ""))

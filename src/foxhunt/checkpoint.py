@@ -54,6 +54,7 @@ import safetensors.torch as _st
 import torch
 from safetensors import SafetensorError
 
+from foxhunt._io import _FILE_MODE
 from foxhunt.errors import CheckpointError, ConfigError, first_line
 
 try:  # POSIX advisory locks; on other platforms saves are not guarded against a second writer.
@@ -318,6 +319,7 @@ def save_checkpoint(
         os.mkdir(tmp)
         tensors_path = tmp / TENSORS_FILE
         _st.save_file(prepared, str(tensors_path))
+        os.chmod(tensors_path, _FILE_MODE)  # safetensors creates 0600; the run's other files not
         with open(tensors_path, "rb+") as f:
             os.fsync(f.fileno())
         tensors_sha, tensors_size = _hash_file(tensors_path)  # hash what reached the file

@@ -381,7 +381,8 @@ def _spec_from_args(args: argparse.Namespace) -> Any:
 
     if args.data is not None and not args.data.strip():
         raise FoxhuntError("--data must be a file path, got an empty string")
-    if args.data is not None and not Path(args.data).exists():
+    # (a dangling link's path exists as a link: the loader names it)
+    if args.data is not None and not Path(args.data).exists() and not Path(args.data).is_symlink():
         raise FoxhuntError(f"--data file not found: {args.data}")
     return build_spec(
         env=args.env,

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,6 +244,15 @@ def refuse_other_dir(run_dir: Path, python_call: str) -> None:
         )
 
 
+def _absolute(path: Path) -> str:
+    """``path`` resolved; a symlink loop (which ``resolve`` raises on) made absolute as it is,
+    for the loader to name."""
+    try:
+        return str(path.resolve())
+    except (RuntimeError, OSError):
+        return os.path.abspath(path)
+
+
 def build_spec(
     *,
     env: str | None = None,
@@ -307,7 +317,7 @@ def build_spec(
             data_in_file = (file_run.get("market") or {}).get("data")
             if isinstance(data_in_file, str) and not Path(data_in_file).is_absolute():
                 # Relative to the config file, so the run does not depend on the working dir.
-                resolved = str((Path(config_file).parent / data_in_file).resolve())
+                resolved = _absolute(Path(config_file).parent / data_in_file)
                 file_run["market"] = {**file_run["market"], "data": resolved}
         _check_section_keys(file_run, config_file)
     if env is None:
@@ -368,7 +378,7 @@ def build_spec(
             raise ConfigError("market.data must be a file path, got an empty string")
         # Absolute (relative to where the command ran): `foxhunt evaluate` and `resume` may run
         # from another directory. A config file's own relative path was resolved against it above.
-        market["data"] = str(Path(market["data"]).resolve())
+        market["data"] = _absolute(Path(market["data"]))
     if total_steps is not None:
         steps = total_steps
     elif "total_env_steps" in file_run:

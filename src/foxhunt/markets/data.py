@@ -385,9 +385,13 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             f"(expected one of {', '.join(_SUFFIXES)})"
         )
     if not path.exists():
+        if path.is_symlink():  # a link to nowhere, or a loop
+            raise DataError(f"{label}: a symbolic link whose target does not resolve")
         raise DataError(f"{label}: file not found")
     if path.is_dir():
         raise DataError(f"{label}: is a directory, expected a file")
+    if not path.is_file():  # a FIFO or a device: no size to check, and a read may block
+        raise DataError(f"{label}: is not a regular file (a pipe or a device), expected a file")
     if path.stat().st_size == 0:
         raise DataError(f"{label}: file is empty")
     try:
