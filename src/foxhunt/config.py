@@ -338,7 +338,10 @@ class DQNHyperparameters(BaseModel):
     vector_env: Literal["sync", "async"] = "sync"
     """Vector-env backend; async runs each env in its own process."""
     seed: Seed = 0
-    """Seed for Python, NumPy, torch, replay sampling and environments."""
+    """Seed for Python, NumPy, torch, replay sampling and environments. The vector env seeds its
+    sub-env i with ``seed + i`` (as SB3's ``make_vec_env`` and CleanRL do), so runs whose seeds
+    differ by less than ``n_envs`` share some sub-envs' episode streams; space seeds ``n_envs``
+    apart where the runs' env draws must be independent."""
     device: str = "auto"
     """auto, cpu, cuda, cuda:N or mps."""
     torch_threads: Annotated[int, Strict(), Field(ge=0, le=1024)] = 1
