@@ -6,6 +6,7 @@ import io
 import itertools
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -303,3 +304,41 @@ def test_print_summary_table() -> None:
     assert "12,345" in out
     assert "0.0001235" in out
     assert "eval.best_return" in out and "2.5" in out
+
+
+def test_every_evaluation_is_logged_at_its_own_step() -> None:
+    """eval_interval not a multiple of log_interval: each evaluation gets a row at its step
+    (held for the next boundary, it was plotted elsewhere and a second one replaced it)."""
+    from foxhunt import DQNHyperparameters, DQNTrainer
+
+    hp = DQNHyperparameters.cartpole(
+        n_envs=1, log_interval=400, eval_interval=300, eval_episodes=1, learning_starts=100,
+        train_freq=50, gradient_steps=1, hidden_sizes=[16], torch_threads=1,
+    )  # fmt: skip
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    rows: list[dict] = []
+    trainer.learn(1000, callback=rows.append)
+    logged = [(r["env_steps"], r["eval_return"]) for r in rows if r["eval_return"] is not None]
+    assert logged == trainer.eval_history == [(300, logged[0][1]), *logged[1:]]
+    assert [s for s, _ in logged] == [300, 600, 900]
+    assert {r["env_steps"] for r in rows} >= {400, 800, 1000}
+
+
+def test_row_rates_and_time_count_training_only() -> None:
+    """The first row's rates and time_s start with learn(), not the trainer's construction."""
+    from foxhunt import DQNHyperparameters, DQNTrainer
+
+    hp = DQNHyperparameters.cartpole(
+        n_envs=1, log_interval=200, eval_interval=0, learning_starts=1_000, hidden_sizes=[16],
+        torch_threads=1,
+    )  # fmt: skip
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    time.sleep(0.5)
+    rows: list[dict] = []
+    summary = trainer.learn(200, callback=rows.append)
+    assert rows[0]["time_s"] <= summary["wall_time_s"] + 1e-3
+    assert rows[0]["env_steps_per_s"] >= 0.5 * summary["env_steps_per_s"]
+    time.sleep(0.5)
+    rows.clear()
+    trainer.learn(400, callback=rows.append)
+    assert rows[0]["time_s"] < 0.5 + summary["wall_time_s"]

@@ -299,6 +299,11 @@ class MetricsWindow:
     lengths: list[int] = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
     env_steps0: int = 0
+    # Where the rates' count starts, when not at env_steps0 and no update (not checkpointed):
+    # learn() starts the clock, so a window begun before it (by a resumed checkpoint, or an
+    # earlier learn call) counts only the steps and updates timed since.
+    rate_env_steps0: int | None = None
+    rate_updates0: int = 0
 
 
 class DQNTrainer:
@@ -448,7 +453,8 @@ class DQNTrainer:
         self._pending_eval: float | None = None
         self._interrupt_requested = 0
         self.best_state: dict[str, torch.Tensor] | None = None
-        self._t_origin = time.perf_counter()
+        self._t_origin: float | None = None  # the first learn() call's start: time_s's 0
+        self._t_paused: float | None = None  # when the last learn() call returned
         log.info(
             "effective batch size %d (batch_size %d x gradient_accumulation_steps %d)",
             hp.effective_batch_size,
@@ -794,11 +800,20 @@ class DQNTrainer:
         progress = self._make_progress(total_env_steps)
         t_start = time.perf_counter()
         steps_start, updates_start = self.env_steps, self.agent.optimizer_steps
+        if self._t_origin is None:
+            self._t_origin = t_start
+        elif self._t_paused is not None:  # time_s counts training: not the pause between calls
+            self._t_origin += t_start - self._t_paused
+        w = self._window  # its rates count from here: not setup, a checkpoint's load, a pause
+        w.t0, w.rate_env_steps0, w.rate_updates0 = t_start, self.env_steps, w.updates
         self._eval_seconds = 0.0
         self._callback_stop = False
-        with self._torch_threads(), self._deferred_sigint():
-            self._loop(total_env_steps, progress, callback)
-        elapsed = time.perf_counter() - t_start
+        try:
+            with self._torch_threads(), self._deferred_sigint():
+                self._loop(total_env_steps, progress, callback)
+        finally:
+            self._t_paused = time.perf_counter()
+        elapsed = self._t_paused - t_start
         summary = self.summary(elapsed, self.env_steps - steps_start, updates_start)
         if self._saved_at != self._save_key():
             # A periodic checkpoint at this very step (checkpoint_interval dividing the total)
@@ -858,9 +873,14 @@ class DQNTrainer:
                         for _ in range(hp.gradient_steps):
                             self._accumulate(self.train_step())
                 self._train_rounds = rounds
-                if self.env_steps >= self._next_eval:
+                evaluated = self.env_steps >= self._next_eval
+                if evaluated:
                     self._run_eval()
-                if self.env_steps >= self._next_log or self.env_steps >= total_env_steps:
+                # An evaluation is logged on a row at its own step: held for the next log
+                # boundary, it was plotted at another step, and a second evaluation before that
+                # boundary replaced it (the best one could be missing from metrics.csv).
+                due = self.env_steps >= self._next_log or self.env_steps >= total_env_steps
+                if evaluated or due:
                     row = self._emit_row()
                     if progress is not None:
                         progress.update(self.env_steps, row)
@@ -1001,8 +1021,10 @@ class DQNTrainer:
         now = time.perf_counter()
         dt = max(now - w.t0, 1e-9)
         u = w.updates
+        steps0 = w.env_steps0 if w.rate_env_steps0 is None else w.rate_env_steps0
+        origin = w.t0 if self._t_origin is None else self._t_origin
         row: dict[str, Any] = {
-            "time_s": round(now - self._t_origin, 3),
+            "time_s": round(now - origin, 3),
             "env_steps": self.env_steps,
             "optimizer_steps": self.agent.optimizer_steps,
             "episodes": self.episodes,
@@ -1018,8 +1040,8 @@ class DQNTrainer:
             "epsilon": self.epsilon,
             "beta": self.beta if hp.prioritized_replay else None,
             "effective_batch_size": hp.effective_batch_size,
-            "env_steps_per_s": (self.env_steps - w.env_steps0) / dt,
-            "updates_per_s": u / dt,
+            "env_steps_per_s": (self.env_steps - steps0) / dt,
+            "updates_per_s": (u - w.rate_updates0) / dt,
             "skipped_steps": self.agent.skipped_steps,
             "eval_return": self._pending_eval,
         }
