@@ -462,6 +462,9 @@ def test_a_stopped_ensemble_is_continued_by_ensemble_resume() -> None:
     said = _interrupted(TrainingInterrupted(40, None), before_any, "terminated (SIGTERM)")
     assert said.startswith("terminated (SIGTERM) at env step 40 of a member")
     assert said.endswith("`foxhunt ensemble resume e2`")
+    # read in a notebook's traceback: not the arguments tuple "(300, PosixPath(...))"
+    assert str(TrainingInterrupted(300, ckpt)) == f"SIGINT at env step 300: checkpoint {ckpt}"
+    assert str(TrainingInterrupted(40, None, 15)) == "SIGTERM at env step 40: no checkpoint saved"
     starting = argparse.Namespace(command="ensemble", ensemble_command="resume", run_dir="e 3")
     said = _interrupted(KeyboardInterrupt(), starting, "terminated (SIGTERM)")
     assert said.startswith("terminated (SIGTERM) while no member's checkpoint could be taken")
@@ -691,6 +694,32 @@ def test_the_python_entry_points_take_paths_refuse_frames_and_keep_torch_threads
         assert resumed["env_steps"] == 300 and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_train_run_keeps_the_callers_rngs_and_shows_progress_when_quiet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sweep that draws its next configuration from np.random after each run drew the same
+    one every time (the trainer seeds the global RNGs); progress=True with verbose=False showed
+    nothing (the display went to the silenced stdout)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    import foxhunt
+
+    tiny = {"hidden_sizes": [32, 32], "learning_starts": 100, "eval_interval": 0}
+    spec = foxhunt.build_spec(env="CartPole-v1", total_steps=200, overrides=tiny)
+    random.seed(123), np.random.seed(123), torch.manual_seed(123)
+    expected = (random.random(), np.random.random(), torch.rand(1).item())
+    random.seed(123), np.random.seed(123), torch.manual_seed(123)
+    capsys.readouterr()
+    foxhunt.train_run(spec, tmp_path / "run", progress=True, verbose=False)
+    assert (random.random(), np.random.random(), torch.rand(1).item()) == expected
+    out = capsys.readouterr().out
+    assert "env_steps 200/200" in out  # the plain progress line (stdout is not a terminal)
+    assert "summary" not in out and "foxhunt: run" not in out  # still quiet otherwise
 
 
 def test_suggested_commands_quote_a_run_directory_with_a_space(tmp_path: Path) -> None:

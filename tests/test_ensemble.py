@@ -450,7 +450,11 @@ def test_an_ensemble_stopped_part_way_resumes_to_the_uninterrupted_one(
     with pytest.raises(FoxhuntError, match=r"seeds must differ, got: \[11, 11\]"):
         resume_ensemble(run)
     (run / PLAN_FILE).write_text(plan)
+    np.random.seed(5)
+    expected = np.random.random()
+    np.random.seed(5)
     assert resume_ensemble(run) == [run / "member-0", run / "member-1"]
+    assert np.random.random() == expected  # the caller's global RNG as it was (members seed it)
     assert not (run / PLAN_FILE).exists()
     assert (run / "ensemble.json").read_text() == (trading_ensemble / "ensemble.json").read_text()
     for member in ("member-0", "member-1"):

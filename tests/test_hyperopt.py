@@ -316,7 +316,11 @@ def test_a_trading_best_config_reproduces_the_trial(tmp_path: Path) -> None:
     data = write_synthetic_csv(tmp_path / "m.csv", SyntheticMarketConfig(n_bars=800), seed=1)
     overrides = {**TINY, "hidden_sizes": [16, 16], "eval_interval": 300, "eval_episodes": 1}
     spec = build_spec(data=str(data), overrides=overrides, total_steps=300)
+    np.random.seed(5)
+    expected = np.random.random()
+    np.random.seed(5)
     out = run_hyperopt(spec, n_trials=1, run_dir=tmp_path / "hpo", sampler_seed=0)
+    assert np.random.random() == expected  # the caller's global RNG as it was (trials seed it)
     assert out["complete"] == 1
     best = build_spec(config_file=str(tmp_path / "hpo" / "best_config.yaml"))
     assert best.hyperparameters.seed == trial_seed(0, 0) != 0

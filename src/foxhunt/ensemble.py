@@ -493,8 +493,16 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
 
     Trained members are kept; a member with a checkpoint resumes from it, exactly as a single
     run does; a member without one (it had just started, or had not) trains from the start.
-    The result is the ensemble an uninterrupted ``train_ensemble`` writes.
+    The result is the ensemble an uninterrupted ``train_ensemble`` writes. The caller's global
+    RNGs are left as they were.
     """
+    from foxhunt.session import caller_rng_state
+
+    with caller_rng_state():
+        return _resume_ensemble(run_dir, progress)
+
+
+def _resume_ensemble(run_dir: str | Path, progress: bool) -> list[Path]:
     import shutil
 
     from foxhunt.runs import check_same_data, read_data_record

@@ -49,6 +49,14 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.checkpoint = checkpoint
         self.signum = signum
 
+    def __str__(self) -> str:  # a notebook's traceback line: not the args tuple "(1536, None)"
+        saved = f"checkpoint {self.checkpoint}" if self.checkpoint else "no checkpoint saved"
+        try:
+            name = signal.Signals(self.signum).name
+        except ValueError:
+            name = f"signal {self.signum}"
+        return f"{name} at env step {self.env_steps}: {saved}"
+
 
 def first_line(exc: BaseException) -> str:
     """An exception's first line (its type's name when it has no message), for one-line

@@ -620,8 +620,11 @@ def run_hyperopt(
             interrupted = interrupted or int(trial.user_attrs.get(_ATTR_INTERRUPTED) or 0)
             raise
 
+    from foxhunt.session import caller_rng_state
+
     try:
-        study.optimize(run_trial, n_trials=n_trials)
+        with caller_rng_state():  # each trial's trainer seeds the global RNGs
+            study.optimize(run_trial, n_trials=n_trials)
     except KeyboardInterrupt as err:
         # Between trials (Optuna's own bookkeeping): the finished trials still get their files.
         interrupted = interrupted or int(getattr(err, "signum", 0) or signal.SIGINT)

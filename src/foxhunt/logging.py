@@ -11,14 +11,16 @@ as ``import logging as _stdlib_logging`` if it is ever needed here, and in tests
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import IO, TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -267,6 +269,23 @@ class MetricLogger:
 
 # -- console ---------------------------------------------------------------------------------
 
+_PROGRESS_STREAM: contextvars.ContextVar[IO[str] | None] = contextvars.ContextVar(
+    "foxhunt_progress_stream", default=None
+)
+
+
+@contextlib.contextmanager
+def progress_stream(stream: IO[str]) -> Iterator[None]:
+    """Progress displays made in this block write to ``stream`` (instead of ``sys.stdout`` as
+    it is then): a quiet run from Python silences stdout but keeps the display it was asked
+    for on the caller's stdout."""
+    token = _PROGRESS_STREAM.set(stream)
+    try:
+        yield
+    finally:
+        _PROGRESS_STREAM.reset(token)
+
+
 # (metrics key, short label) shown live and in plain progress lines.
 _DISPLAY_METRICS: tuple[tuple[str, str], ...] = (
     ("env_steps_per_s", "steps/s"),
@@ -335,7 +354,7 @@ class ProgressDisplay:
             return
         from rich.console import Console as _Console
 
-        self._console = console if console is not None else _Console()
+        self._console = console if console is not None else _Console(file=_PROGRESS_STREAM.get())
         self._start = time.monotonic()
         self._last_printed_steps: int | None = None
         self._next_print_steps = 0

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import numbers
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -685,11 +686,38 @@ def require_new_dir(path: Path, name: str) -> None:
 
 
 @contextlib.contextmanager
+def caller_rng_state() -> Iterator[None]:
+    """The caller's global RNGs (Python's ``random``, NumPy's global one, torch's CPU generator
+    and any CUDA one already in use) as they were before the block. A trainer seeds them with
+    the run's seed, as Stable-Baselines3 does; left so, a script that draws its next random
+    configuration from ``np.random`` after each run drew the same one every time."""
+    import random
+
+    import torch
+
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+@contextlib.contextmanager
 def caller_state(verbose: bool) -> Iterator[None]:
-    """A run from Python prints nothing to stdout unless ``verbose``. (The caller's torch thread
-    count is kept by the trainer, which sets ``torch_threads`` only inside learn and evaluate.)"""
-    quiet = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
-    with quiet:
+    """A run from Python prints nothing to stdout unless ``verbose`` (the progress display,
+    when asked for, still goes to the caller's stdout), and leaves the caller's global RNGs as
+    they were. (The caller's torch thread count is kept by the trainer, which sets
+    ``torch_threads`` only inside learn and evaluate.)"""
+    from foxhunt.logging import progress_stream
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(caller_rng_state())
+        if not verbose:
+            stack.enter_context(progress_stream(sys.stdout))
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
         yield
 
 
