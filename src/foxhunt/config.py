@@ -241,7 +241,8 @@ class DQNHyperparameters(BaseModel):
     """Optimizer steps over which linear/cosine decay reaches lr_final_ratio (after warmup).
     None = the run's: the decay ends at the last optimizer step ``learn(total)`` plans, so a
     run given another total keeps the schedule's shape (as epsilon's span follows the total,
-    and Stable-Baselines3's schedules follow the progress of the run)."""
+    and Stable-Baselines3's schedules follow the progress of the run). A later ``learn`` with
+    a larger total stretches it from where it is (``foxhunt resume --total-steps`` says so)."""
     lr_final_ratio: Fraction = 0.1
     """Final learning rate as a fraction of learning_rate (linear and cosine)."""
     lr_step_size: PositiveInt = 10_000
