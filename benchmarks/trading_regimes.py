@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     steps = 600 if args.smoke else args.steps
     seeds = args.seeds[:1] if args.smoke else args.seeds
     markets = args.market_seeds[:1] if args.smoke else args.market_seeds
-    jobs = [(m, s, v) for m in markets for s in seeds for v in args.variants]
+    jobs = [(m, s, v) for m in markets for s in seeds for v in dict.fromkeys(args.variants)]
     with tempfile.TemporaryDirectory() as tmp:
         if args.jobs > 1:
             import multiprocessing as mp

@@ -786,3 +786,37 @@ def test_a_full_disk_inside_safetensors_names_the_checkpoint(
     with pytest.raises(CheckpointError, match=r"could not write checkpoint .*step-000000000010: "):
         save_checkpoint(target, _step_tensors(10), {"step": 10})
     assert list(tmp_path.iterdir()) == []  # the partial directory is gone
+
+
+def test_an_interrupt_at_a_checkpoints_step_does_not_save_it_again() -> None:
+    """A Ctrl-C honoured at the step a periodic checkpoint was just written: that checkpoint is
+    the one the interrupt names, not a second copy of it."""
+    import signal
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.errors import TrainingInterrupted
+    from foxhunt.trainer import DQNTrainer
+
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,), learning_starts=100, checkpoint_interval=300, eval_interval=0,
+        log_interval=100,
+    )  # fmt: skip
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    saves: list[int] = []
+
+    class Recorder:
+        def save(self, t: DQNTrainer) -> Path:
+            saves.append(t.env_steps)
+            return Path(f"step-{t.env_steps}")
+
+    def ctrl_c_at_300(row: dict) -> None:
+        if row["env_steps"] == 300:
+            trainer._interrupt_requested = signal.SIGINT
+
+    try:
+        trainer._checkpointer = Recorder()
+        with pytest.raises(TrainingInterrupted) as err:
+            trainer.learn(600, callback=ctrl_c_at_300)
+        assert saves == [300] and err.value.checkpoint == Path("step-300")
+    finally:
+        trainer.close()

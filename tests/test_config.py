@@ -291,6 +291,9 @@ def test_settings_without_effect_are_reported():
     # Where they apply, the same values are used and not reported.
     assert ignored_settings(H(distributional="qr", huber_delta=2.0, n_atoms=7)) == []
     assert ignored_settings(H(optimizer="sgd", momentum=0.9, lr_schedule="step")) == []
+    # lr_decay_steps' default was 100000 before None: every older config.yaml holds it
+    assert ignored_settings(H(lr_decay_steps=100_000)) == []
+    assert [n for n, _ in ignored_settings(H(lr_decay_steps=5000))] == [["lr_decay_steps"]]
 
 
 @pytest.mark.parametrize(

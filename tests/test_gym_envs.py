@@ -1153,3 +1153,30 @@ def test_gymnasium_warnings_are_one_log_line_and_none_precede_an_error(caplog, r
     with pytest.raises(ConfigError, match=r"^env 'Taxi-v3': Environment version v3 .* deprecated"):
         make_gym_env("Taxi-v3")  # gymnasium warns, then raises: the one line says it all
     assert not caplog.records and not [w for w in recwarn if "Taxi" in str(w.message)]
+
+
+def test_a_checkpoint_taken_before_the_fresh_reset_keeps_the_pending_starts_apart() -> None:
+    """Restored from a fresh-reset checkpoint and saved again before a step (a library
+    save_checkpoint, or learn(total) with nothing to train): the pending n-step starts are still
+    flushed where their env stood, not spliced onto the episodes of the resume after."""
+    from foxhunt.trainstate import capture_state, restore_state
+
+    hp = DQNHyperparameters(
+        n_step=3, gamma=0.5, learning_starts=10_000, hidden_sizes=(8,), eval_interval=0
+    )
+    before = DQNTrainer(hp, lambda: _Tagged(0.0))
+    for _ in range(7):
+        before.collect_step()
+    tensors, state = capture_state(before)
+    mid = DQNTrainer(hp, lambda: _Tagged(1.0))
+    restore_state(mid, {k: v.clone() for k, v in tensors.items()}, state)
+    tensors, state = capture_state(mid)  # before any step
+    after = DQNTrainer(hp, lambda: _Tagged(2.0))
+    restore_state(after, {k: v.clone() for k, v in tensors.items()}, state)
+    stored = after.replay.size
+    for _ in range(4):
+        after.collect_step()
+    r = after.replay
+    obs, next_obs = r.obs[stored : r.size].numpy(), r.next_obs[stored : r.size].numpy()
+    assert np.array_equal(obs[:, 1], next_obs[:, 1])  # never from one episode into another
+    assert obs[:2, :2].tolist() == [[5, 0], [6, 0]] and (next_obs[:2, 0] == 7).all()

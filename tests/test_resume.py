@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -354,6 +355,13 @@ def test_a_new_total_that_moves_the_schedules_is_said(caplog: pytest.LogCaptureF
             in (caplog.text)
             and "it ends at optimizer step 126 (was 76; 0 taken)" in caplog.text
         )
+        caplog.clear()
+        with warnings.catch_warnings():  # (stepped without an optimizer step)
+            warnings.simplefilter("ignore")
+            for _ in range(70):  # the schedule 70 steps on: the new total raises its rate
+                trainer.agent.scheduler.step()
+        _warn_schedule_change(trainer, 600)
+        assert "the next step's rate goes from 0.0001098 to 0.0004657" in caplog.text
         assert trainer.total_env_steps == 400  # only asked, not changed
     finally:
         trainer.close()

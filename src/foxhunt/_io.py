@@ -41,12 +41,15 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 def atomic_write_many(files: Mapping[Path, bytes]) -> None:
     """Write several files all or nothing: every temp file is written and fsync-ed before the
     first rename, so a write error (a full disk part way) leaves every previous file as it was,
-    never a new file beside an old one. Only a crash between the renames can mix them."""
+    never a new file beside an old one. Only a crash or a failing rename between the renames
+    (no data left to write by then) can mix them."""
     temps: list[tuple[str, Path]] = []
     try:
         for path, data in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = _named(path, tempfile.mkstemp, dir=path.parent, prefix=f".{path.name}.")
+            fd, tmp = _named(
+                path, tempfile.mkstemp, dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+            )
             temps.append((tmp, path))
             # mkstemp creates 0600; give the file the mode a plain open() would (0666 & ~umask)
             # so run files stay readable by whoever the user's umask allows.

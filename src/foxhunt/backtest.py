@@ -1040,7 +1040,7 @@ img {{ max-width: 100%; }}
         },
     }
     contents["json"] = json.dumps(payload, indent=2, allow_nan=False).encode()
-    out.mkdir(parents=True, exist_ok=True)
-    # All or nothing: a full disk part way through leaves the previous report whole.
+    # All or nothing (it makes the directory too): a full disk part way through leaves the
+    # previous report whole.
     atomic_write_many({paths[key]: data for key, data in contents.items()})
     return paths

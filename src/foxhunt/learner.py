@@ -92,7 +92,9 @@ def _lr_lambda(hp: DQNHyperparameters, agent: DQNAgent):  # type: ignore[no-unty
             return 1.0
         if hp.lr_schedule == "step":
             return hp.lr_step_gamma ** (t // hp.lr_step_size)
-        frac = min(1.0, t / (agent.lr_decay_steps or 1))
+        if agent.lr_decay_steps is None:  # not planned yet: nothing has stepped (see update)
+            return 1.0
+        frac = min(1.0, t / agent.lr_decay_steps)
         if hp.lr_schedule == "linear":
             return 1.0 + (hp.lr_final_ratio - 1.0) * frac
         cos = 0.5 * (1.0 + math.cos(math.pi * frac))  # cosine
@@ -608,7 +610,7 @@ class DQNAgent:
         """With ``lr_decay_steps`` None: make the linear/cosine decay end at the last of a run's
         ``updates`` optimizer steps (counted from the start of training, so a resume with the
         same total continues the same schedule). The next step's rate follows at once."""
-        if self.hp.lr_decay_steps is not None:
+        if self.hp.lr_decay_steps is not None or self.hp.lr_schedule not in ("linear", "cosine"):
             return
         length = max(1, updates - 1 - self.hp.lr_warmup_steps)
         if length == self.lr_decay_steps:

@@ -354,7 +354,11 @@ class ProgressDisplay:
             return
         from rich.console import Console as _Console
 
-        self._console = console if console is not None else _Console(file=_PROGRESS_STREAM.get())
+        stream = _PROGRESS_STREAM.get() if console is None else None
+        self._console = console if console is not None else _Console(file=stream)
+        # A live bar re-routes sys.stdout above itself: under progress_stream, sys.stdout is the
+        # caller's silenced one, and re-routed it would print on the caller's terminal again.
+        self._redirect_stdout = stream is None
         self._start = time.monotonic()
         self._last_printed_steps: int | None = None
         self._next_print_steps = 0
@@ -400,6 +404,7 @@ class ProgressDisplay:
             console=self._console,
             refresh_per_second=4,
             transient=False,
+            redirect_stdout=self._redirect_stdout,
         )
 
     def update(self, env_steps: int, metrics: Mapping[str, object] | None = None) -> None:

@@ -258,6 +258,11 @@ _APPLIES: tuple[tuple[tuple[str, ...], Callable[[DQNHyperparameters], bool], str
 )  # fmt: skip
 
 
+# Defaults that changed: every config.yaml written before holds them (all fields are written
+# out), and reusing one is no sign the user chose that value.
+_FORMER_DEFAULTS: dict[str, Any] = {"lr_decay_steps": 100_000}
+
+
 def ignored_settings(hp: DQNHyperparameters) -> list[tuple[list[str], str]]:
     """Settings holding a value of their own (not the default) where they have no effect, with
     the reason: ``[(names, why), ...]``."""
@@ -266,7 +271,11 @@ def ignored_settings(hp: DQNHyperparameters) -> list[tuple[list[str], str]]:
     for names, applies, why in _APPLIES:
         if applies(hp):
             continue
-        given = [k for k in names if getattr(hp, k) != fields[k].default]
+        given = [
+            k
+            for k in names
+            if getattr(hp, k) not in (fields[k].default, _FORMER_DEFAULTS.get(k, fields[k].default))
+        ]
         if names[0].startswith("exploration"):
             # Epsilon 0 agrees with noisy nets, and then the schedule's length is moot too.
             off = hp.exploration_initial_eps == hp.exploration_final_eps == 0.0
@@ -508,15 +517,24 @@ def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:
     if hp.lr_decay_steps is None and hp.lr_schedule in ("linear", "cosine"):
         ends = [planned_updates(0, t, hp) for t in (own, total)]
         if ends[0] != ends[1]:
+            agent = trainer.agent
+            rates = []
+            for end in ends:
+                agent.plan_lr_decay(end)
+                rates.append(agent.optimizer.param_groups[0]["lr"])
+            agent.plan_lr_decay(ends[0])  # as it was: learn(total) plans the new one
             log.warning(
                 "the learning rate's %s decay follows the new total of %d env steps (was %d): "
-                "it ends at optimizer step %d (was %d; %d taken)",
+                "it ends at optimizer step %d (was %d; %d taken), and the next step's rate "
+                "goes from %.4g to %.4g",
                 hp.lr_schedule,
                 total,
                 own,
                 ends[1],
                 ends[0],
-                trainer.agent.optimizer_steps,
+                agent.optimizer_steps,
+                rates[0],
+                rates[1],
             )
     for name, old, new in zip(("epsilon", "PER beta"), before, after, strict=True):
         if name == "PER beta" and not trainer.hp.prioritized_replay:

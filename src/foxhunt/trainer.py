@@ -449,7 +449,8 @@ class DQNTrainer:
         self._next_eval = hp.eval_interval if hp.eval_interval else math.inf
         self._next_ckpt = hp.checkpoint_interval if hp.checkpoint_interval else math.inf
         self._checkpointer: Any | None = None
-        self._saved_at: tuple[Any, int, int] | None = None  # where the last save went, and when
+        # The last save: (checkpointer, env steps, optimizer steps) and the path it returned.
+        self._saved_at: tuple[tuple[Any, int, int], Path | None] | None = None
         self._pending_eval: float | None = None
         self._interrupt_requested = 0
         self.best_state: dict[str, torch.Tensor] | None = None
@@ -815,16 +816,18 @@ class DQNTrainer:
             self._t_paused = time.perf_counter()
         elapsed = self._t_paused - t_start
         summary = self.summary(elapsed, self.env_steps - steps_start, updates_start)
-        if self._saved_at != self._save_key():
-            # A periodic checkpoint at this very step (checkpoint_interval dividing the total)
-            # already holds this state: writing it again replaced it with an identical copy,
-            # twice the I/O, and a replace needs room for both copies (a disk the run just fit
-            # on then failed it at its last step).
-            self._checked_save()
+        self._save_once()
         return summary
 
-    def _save_key(self) -> tuple[Any, int, int]:
-        return (self._checkpointer, self.env_steps, self.agent.optimizer_steps)
+    def _save_once(self) -> Path | None:
+        """``_checked_save``, unless a periodic checkpoint at this very step (checkpoint_interval
+        dividing the total, or an interrupt at a checkpoint's step) already holds this state:
+        writing it again replaced it with an identical copy, twice the I/O, and a replace needs
+        room for both copies (a disk the run just fit on then failed it at its last step)."""
+        key = (self._checkpointer, self.env_steps, self.agent.optimizer_steps)
+        if self._saved_at is not None and self._saved_at[0] == key:
+            return self._saved_at[1]
+        return self._checked_save()
 
     def summary(
         self, elapsed: float = 0.0, env_steps_done: int = 0, updates_start: int | None = None
@@ -907,7 +910,7 @@ class DQNTrainer:
                         log.warning(
                             "interrupted at env step %d: saving a checkpoint", self.env_steps
                         )
-                    raise TrainingInterrupted(self.env_steps, self._checked_save(), stop)
+                    raise TrainingInterrupted(self.env_steps, self._save_once(), stop)
         except TrainingHalted:
             if self._window.updates:
                 # The steps since the last row, up to the halt (skipped ones counted): the
@@ -1098,7 +1101,8 @@ class DQNTrainer:
                 optimizer_steps=self.agent.optimizer_steps,
             )
         path = self.save_checkpoint()
-        self._saved_at = self._save_key()  # on every rank alike (they save in lockstep)
+        # on every rank alike (they save in lockstep)
+        self._saved_at = ((self._checkpointer, self.env_steps, self.agent.optimizer_steps), path)
         return path
 
     @torch.inference_mode()
