@@ -788,7 +788,9 @@ def test_a_full_disk_inside_safetensors_names_the_checkpoint(
     assert list(tmp_path.iterdir()) == []  # the partial directory is gone
 
 
-def test_an_interrupt_at_a_checkpoints_step_does_not_save_it_again() -> None:
+def test_an_interrupt_at_a_checkpoints_step_does_not_save_it_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A Ctrl-C honoured at the step a periodic checkpoint was just written: that checkpoint is
     the one the interrupt names, not a second copy of it."""
     import signal
@@ -818,5 +820,6 @@ def test_an_interrupt_at_a_checkpoints_step_does_not_save_it_again() -> None:
         with pytest.raises(TrainingInterrupted) as err:
             trainer.learn(600, callback=ctrl_c_at_300)
         assert saves == [300] and err.value.checkpoint == Path("step-300")
+        assert "interrupted at env step 300: its checkpoint was just written" in caplog.text
     finally:
         trainer.close()

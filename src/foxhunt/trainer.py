@@ -824,10 +824,16 @@ class DQNTrainer:
         dividing the total, or an interrupt at a checkpoint's step) already holds this state:
         writing it again replaced it with an identical copy, twice the I/O, and a replace needs
         room for both copies (a disk the run just fit on then failed it at its last step)."""
-        key = (self._checkpointer, self.env_steps, self.agent.optimizer_steps)
-        if self._saved_at is not None and self._saved_at[0] == key:
-            return self._saved_at[1]
+        if self._saved_here():
+            return self._saved_at[1]  # type: ignore[index]
         return self._checked_save()
+
+    def _saved_here(self) -> bool:
+        """Whether the last save was of this very state, to this checkpointer."""
+        return self._saved_at is not None and self._saved_at[0] == self._save_key()
+
+    def _save_key(self) -> tuple[Any, int, int]:
+        return (self._checkpointer, self.env_steps, self.agent.optimizer_steps)
 
     def summary(
         self, elapsed: float = 0.0, env_steps_done: int = 0, updates_start: int | None = None
@@ -908,7 +914,11 @@ class DQNTrainer:
                     # checkpoint is the same state a periodic one would hold, so resume is exact.
                     if self._checkpointer is not None:
                         log.warning(
-                            "interrupted at env step %d: saving a checkpoint", self.env_steps
+                            "interrupted at env step %d: %s",
+                            self.env_steps,
+                            "its checkpoint was just written"
+                            if self._saved_here()
+                            else "saving a checkpoint",
                         )
                     raise TrainingInterrupted(self.env_steps, self._save_once(), stop)
         except TrainingHalted:
@@ -1102,7 +1112,7 @@ class DQNTrainer:
             )
         path = self.save_checkpoint()
         # on every rank alike (they save in lockstep)
-        self._saved_at = ((self._checkpointer, self.env_steps, self.agent.optimizer_steps), path)
+        self._saved_at = (self._save_key(), path)
         return path
 
     @torch.inference_mode()
