@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -24,6 +25,7 @@ from foxhunt.trainer import DQNTrainer
 
 EFF = 256
 OBS_DIM, N_ACT, K = 6, 3, 3
+IMAGE = (2, 36, 36)  # the smallest frames the Nature convolutions take (torso: cnn)
 RTOL, ATOL = 1e-5, 1e-6
 
 # Every variant trains with SGD + momentum: Adam's first step is ~lr * sign(g), which would turn
@@ -77,6 +79,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "target_update_interval": 2,
     },
     "rainbow_regime_hard": {**RAINBOW, "regime_conditional": True, "regime_gating": "hard"},
+    "rainbow_cnn": {**RAINBOW, "torso": "cnn", "hidden_sizes": (16,), "lr_schedule": "cosine"},
 }
 SPLITS = {"4x64": [64, 64, 64, 64], "100-60-60-36": [100, 60, 60, 36]}
 
@@ -89,9 +92,15 @@ def _n_regimes(hp: DQNHyperparameters) -> int:
     return K if hp.regime_conditional else 0
 
 
-def _obs(n: int, dim: int, rng: np.random.Generator, k: int, soft: bool) -> np.ndarray:
+def _shape(hp: DQNHyperparameters) -> tuple[int, ...]:
+    return IMAGE if hp.torso == "cnn" else (OBS_DIM,)
+
+
+def _obs(
+    n: int, shape: tuple[int, ...], rng: np.random.Generator, k: int, soft: bool
+) -> np.ndarray:
     """Gaussian features whose last ``k`` entries are regime probabilities (soft or one-hot)."""
-    obs = rng.normal(size=(n, dim)).astype(np.float32)
+    obs = rng.normal(size=(n, *shape)).astype(np.float32)
     if k:
         probs = rng.dirichlet(np.ones(k), size=n) if soft else np.eye(k)[rng.integers(0, k, n)]
         obs[:, -k:] = probs
@@ -103,19 +112,21 @@ def _filled_replay(hp: DQNHyperparameters, seed: int = 0) -> ReplayBuffer:
     rng = np.random.default_rng(seed)
     k = _n_regimes(hp)
     soft = hp.regime_gating != "hard"
+    shape = _shape(hp)
     if hp.prioritized_replay:
-        buf: ReplayBuffer = PrioritizedReplayBuffer(1024, (OBS_DIM,), alpha=0.6, seed=seed)
+        buf: ReplayBuffer = PrioritizedReplayBuffer(1024, shape, alpha=0.6, seed=seed)
     else:
-        buf = ReplayBuffer(1024, (OBS_DIM,), seed=seed)
+        buf = ReplayBuffer(1024, shape, seed=seed)
     acc = NStepAccumulator(hp.n_step, hp.gamma, 2)
-    obs = _obs(2, OBS_DIM, rng, k, soft)
+    obs = _obs(2, shape, rng, k, soft)
     for _ in range(300):
-        nxt = _obs(2, OBS_DIM, rng, k, soft)
+        nxt = _obs(2, shape, rng, k, soft)
         term = rng.random(2) < 0.08
         trunc = (rng.random(2) < 0.05) & ~term
         tr = acc.push(obs, rng.integers(0, N_ACT, 2), rng.normal(size=2), nxt, term, trunc)
         buf.add(*tr)
-        obs = np.where((term | trunc)[:, None], _obs(2, OBS_DIM, rng, k, soft), nxt)
+        ended = (term | trunc).reshape(-1, *[1] * len(shape))
+        obs = np.where(ended, _obs(2, shape, rng, k, soft), nxt)
     if isinstance(buf, PrioritizedReplayBuffer):
         buf.update_priorities(np.arange(len(buf)), rng.exponential(size=len(buf)))
     return buf
@@ -123,8 +134,13 @@ def _filled_replay(hp: DQNHyperparameters, seed: int = 0) -> ReplayBuffer:
 
 def _twins(hp: DQNHyperparameters, agent_factory) -> tuple[DQNAgent, DQNAgent]:
     n_reg = _n_regimes(hp)
-    a = agent_factory(hp, OBS_DIM, N_ACT, n_regimes=n_reg)
-    b = agent_factory(hp, OBS_DIM, N_ACT, n_regimes=n_reg)
+    if hp.torso == "cnn":
+        space = gym.spaces.Box(-np.inf, np.inf, IMAGE, np.float32)
+        a, b = (DQNAgent(space, gym.spaces.Discrete(N_ACT), hp) for _ in range(2))
+        a.plan_lr_decay(10), b.plan_lr_decay(10)  # as DQNTrainer.learn does
+    else:
+        a = agent_factory(hp, OBS_DIM, N_ACT, n_regimes=n_reg)
+        b = agent_factory(hp, OBS_DIM, N_ACT, n_regimes=n_reg)
     for pa, pb in zip(
         a.online_net.state_dict().values(), b.online_net.state_dict().values(), strict=True
     ):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import ConfigError
 from foxhunt.networks import InputMajorLinear, NoisyLinear, QNetwork
 
 OBS, ACT, K = 7, 3, 3
@@ -303,3 +306,38 @@ def test_only_a_narrow_first_layer_is_input_major(hp_factory, obs_dim):
     assert isinstance(first, InputMajorLinear) == (2 <= obs_dim <= 10)
     assert type(second) is torch.nn.Linear
     assert net.state_dict()["torso.0.weight"].shape == (8, obs_dim)
+
+
+@pytest.mark.parametrize(
+    "shape", [(4, 84, 84), (84, 84, 3), (84, 84), (1, 36, 36)], ids=["CHW", "HWC", "HW", "min"]
+)
+def test_the_nature_cnn_reads_either_layout_flat_or_shaped(shape: tuple[int, ...]) -> None:
+    """(C, H, W) and (H, W, C) frames give the same Q-values whether the batch comes shaped or
+    flat (replay and the losses hand it flat); channels-last is the same image permuted."""
+    hp = DQNHyperparameters(torso="cnn", hidden_sizes=(16,), dueling=True, distributional="qr")
+    torch.manual_seed(0)
+    net = QNetwork(math.prod(shape), 5, hp, obs_shape=shape)
+    x = torch.rand(3, *shape)
+    out = net(x)
+    assert out.shape == (3, 5, hp.n_atoms)
+    torch.testing.assert_close(net(x.flatten(1)), out, rtol=0, atol=0)
+    convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))
+    ]  # fmt: skip
+    if len(shape) == 3 and shape[-1] <= 4 and shape[0] > 4:  # channels last: the CHW twin
+        torch.manual_seed(0)
+        chw = QNetwork(math.prod(shape), 5, hp, obs_shape=(shape[2], shape[0], shape[1]))
+        torch.testing.assert_close(chw(x.permute(0, 3, 1, 2)), out)
+
+
+def test_the_nature_cnn_refuses_what_it_cannot_read() -> None:
+    hp = DQNHyperparameters(torso="cnn")
+    with pytest.raises(ConfigError, match=r"shape \(35, 35, 3\), got: 'cnn' .*at least 36 x 36"):
+        QNetwork(35 * 35 * 3, 2, hp, obs_shape=(35, 35, 3))
+    with pytest.raises(ConfigError, match=r"observations of shape \(9,\), got: 'cnn'"):
+        QNetwork(9, 2, hp, obs_shape=(9,))
+    with pytest.raises(ConfigError, match=r"shape \(8, 40, 40\), got: 'cnn' .*C <= 4"):
+        QNetwork(8 * 40 * 40, 2, hp, obs_shape=(8, 40, 40))
+    with pytest.raises(ConfigError, match="regime_conditional must be false with torso 'cnn'"):
+        QNetwork(3 * 40 * 40, 2, hp.replace(regime_conditional=True), 2, obs_shape=(3, 40, 40))

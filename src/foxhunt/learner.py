@@ -327,7 +327,7 @@ class DQNAgent:
         # hyperparameters always give the same starting weights, in any process or rank.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(hp.seed)
-            net = QNetwork(self.obs_dim, self.n_actions, hp, n_regimes)
+            net = QNetwork(self.obs_dim, self.n_actions, hp, n_regimes, self.obs_shape)
         self.online_net = net.to(self.device)
         self.target_net = copy.deepcopy(self.online_net)
         self.target_net.requires_grad_(False)

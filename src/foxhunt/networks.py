@@ -1,4 +1,5 @@
-"""Q-networks: an MLP torso with scalar, dueling, distributional, noisy and per-regime heads.
+"""Q-networks: an MLP (or Nature CNN) torso with scalar, dueling, distributional, noisy and
+per-regime heads.
 
 One class covers every combination so each Rainbow switch composes with the others instead of
 multiplying subclasses. ``forward`` returns the raw head output (Q-values, C51 logits or quantiles);
@@ -8,7 +9,7 @@ multiplying subclasses. ``forward`` returns the raw head output (Q-values, C51 l
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +111,54 @@ class NoisyLinear(nn.Module):
         return F.linear(x, weight, bias)
 
 
+# The Nature DQN convolutions (Mnih et al. 2015): (out_channels, kernel, stride).
+NATURE_CONVS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+
+
+class ConvTorso(nn.Module):
+    """The Nature DQN convolutions over an image observation, flattened.
+
+    Takes the observation flat (``[B, prod(shape)]``, as every other torso does) or shaped, in
+    either layout: ``(C, H, W)`` (stacked frames, Gymnasium's ``FrameStackObservation``) or
+    ``(H, W, C)`` (RGB), C <= 4; a 2-D ``(H, W)`` is one channel.
+    """
+
+    def __init__(self, shape: Sequence[int], activation: Callable[[], nn.Module]) -> None:
+        super().__init__()
+        shape = tuple(int(d) for d in shape)
+        if len(shape) == 2:
+            c, h, w, self.channels_last = 1, shape[0], shape[1], False
+        elif len(shape) == 3 and shape[0] <= 4:
+            (c, h, w), self.channels_last = shape, False
+        elif len(shape) == 3 and shape[-1] <= 4:
+            (h, w, c), self.channels_last = shape, True
+        else:
+            raise ConfigError(
+                f"torso must be 'mlp' for observations of shape {shape}, got: 'cnn' (it reads "
+                "images (C, H, W) or (H, W, C) with C <= 4, or (H, W))"
+            )
+        self.shape = shape
+        layers: list[nn.Module] = []
+        for out, kernel, stride in NATURE_CONVS:
+            layers += [nn.Conv2d(c, out, kernel, stride), activation()]
+            c, h, w = out, (h - kernel) // stride + 1, (w - kernel) // stride + 1
+            if h < 1 or w < 1:
+                raise ConfigError(
+                    f"torso must be 'mlp' for images of shape {shape}, got: 'cnn' (the Nature "
+                    "convolutions need at least 36 x 36 pixels)"
+                )
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        self.out_features = c * h * w
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], *self.shape)
+        if len(self.shape) == 2:
+            x = x.unsqueeze(1)
+        elif self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        return self.convs(x)
+
+
 def stored_transposed(net: nn.Module) -> list[bool]:
     """Per parameter, whether it is stored transposed from ``nn.Linear``'s ``[out, in]`` layout
     (an :class:`InputMajorLinear` weight). Files hold nn.Linear's layout, optimizer state
@@ -147,7 +196,12 @@ class QNetwork(nn.Module):
     """
 
     def __init__(
-        self, obs_dim: int, n_actions: int, hp: DQNHyperparameters, n_regimes: int = 0
+        self,
+        obs_dim: int,
+        n_actions: int,
+        hp: DQNHyperparameters,
+        n_regimes: int = 0,
+        obs_shape: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.n_actions = n_actions
@@ -174,6 +228,15 @@ class QNetwork(nn.Module):
         act = _ACTIVATIONS[hp.activation]
         layers: list[nn.Module] = []
         width = obs_dim
+        if hp.torso == "cnn":
+            if self.n_regimes:  # regimes are flat entries beside the features; images have none
+                raise ConfigError(
+                    "regime_conditional must be false with torso 'cnn', got: true (the regime "
+                    "probabilities are flat observation entries, an image has none)"
+                )
+            conv = ConvTorso((obs_dim,) if obs_shape is None else obs_shape, act)
+            layers.append(conv)
+            width = conv.out_features
         for h in hp.hidden_sizes:
             narrow = not layers and width in INPUT_MAJOR_WIDTHS
             layers += [InputMajorLinear(width, h) if narrow else nn.Linear(width, h), act()]

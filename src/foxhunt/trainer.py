@@ -393,6 +393,13 @@ class DQNTrainer:
                 )
         self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
         self.agent.env_interface = EnvInterface.from_metadata(self.envs.metadata)
+        if hp.torso == "mlp" and len(self.agent.obs_shape) == 3:
+            log.warning(
+                "observations of shape %s go flattened into the MLP's first layer (%d inputs): "
+                "for images, torso=cnn reads them with the Nature DQN convolutions",
+                self.agent.obs_shape,
+                self.agent.obs_dim,
+            )
         self.device = self.agent.device
         self._counterfactual_envs = self._augmentation_envs() if hp.action_augmentation else None
         self.dist = distributed.current()
