@@ -86,6 +86,20 @@ def test_learner_throughput_smoke(tmp_path: Path) -> None:
         )
 
 
+def test_cnn_learner_smoke(tmp_path: Path) -> None:
+    """The Nature-CNN learner step against SB3's CnnPolicy: the same network on both sides."""
+    pytest.importorskip("stable_baselines3")
+    out = _run("cnn_learner", tmp_path)
+    (r,) = out["results"]
+    med = r["updates_per_s_median"]
+    assert set(med) == {"foxhunt", "foxhunt_compiled", "sb3"}
+    _positive(med)
+    assert r["parameters"] > 1_000_000  # 3 convolutions + 512 units + the head, both sides
+    assert r["foxhunt_compiled_learner_path"] == "whole_step_graph"
+    ratio = out["ratios"]["foxhunt_vs_sb3_updates_per_s"]
+    assert ratio == pytest.approx(med["foxhunt"] / med["sb3"])
+
+
 def test_cartpole_time_to_solve_smoke(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     out = _run("cartpole_time_to_solve", tmp_path)
