@@ -291,6 +291,11 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
     ("evaluate-episodes-0", ["evaluate", "notarun", "--episodes", "0"], ("--episodes", "0")),
     ("report-no-metrics", ["report", "notarun"], ("metrics.csv", "notarun")),
     ("market-unknown-key", [*TRADE, "--set", "market.foo=1"], ("unknown setting", "'market.foo'")),
+    (
+        "trading-with-a-cnn",  # was told about regime_conditional, which the preset sets
+        [*TRADE, "--set", "torso=cnn"],
+        ("torso must be 'mlp' for observations of shape (", "got: 'cnn'"),
+    ),
     ("trading-window-0", [*TRADE, "--set", "trading.window=0"], ("trading.window", "0")),
     (
         "no-validation-span",

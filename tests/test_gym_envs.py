@@ -512,6 +512,14 @@ def test_the_nature_cnn_torso_learns_from_pixels_and_reloads(tmp_path, caplog) -
     DQNTrainer(_hp(), _Side()).close()
     assert "observations of shape (40, 40, 3) go flattened into the MLP" in caplog.text
     caplog.clear()
+    gray = gym.wrappers.TransformObservation(
+        _Side(), lambda o: o[..., 0], gym.spaces.Box(0, 255, (40, 40), np.uint8)
+    )
+    DQNTrainer(_hp(), gray).close()  # grayscale uint8 frames too; not 2-D floats, not tiny ones
+    assert "observations of shape (40, 40) go flattened into the MLP" in caplog.text
+    caplog.clear()
+    DQNTrainer(_hp(), _Image()).close()  # (3, 4, 4): smaller than the convolutions take
+    assert "go flattened" not in caplog.text
     hp = _hp(torso="cnn", hidden_sizes=(32,), batch_size=32, learning_starts=100, train_freq=1,
              exploration_fraction=0.3, learning_rate=5e-4, target_update_interval=100)  # fmt: skip
     trainer = DQNTrainer(hp, _Side())

@@ -194,7 +194,9 @@ class QEnsemble:
         return out
 
     def q_values(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
-        """``(mean, std)`` over members, each ``[B, A]`` float64 (std with ``ddof=0``)."""
+        """``(mean, std)`` over members, each ``[B, A]`` float64 (std with ``ddof=0``). Like
+        ``greedy_actions`` and ``decide``, it takes the network's view of an observation (pixels
+        scaled to [0, 1], Discrete states one-hot); ``predict`` takes the env's own."""
         q = self.member_q_values(obs)
         return q.mean(axis=0), q.std(axis=0)
 

@@ -115,6 +115,20 @@ class NoisyLinear(nn.Module):
 NATURE_CONVS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 
+def image_layout(shape: Sequence[int]) -> tuple[int, int, int, bool] | None:
+    """``(channels, height, width, channels_last)`` of an observation shape the convolutions
+    read: ``(C, H, W)`` or ``(H, W, C)`` with C <= 4 (stacked frames, RGB), or ``(H, W)``;
+    None for any other."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) == 2:
+        return 1, shape[0], shape[1], False
+    if len(shape) == 3 and shape[0] <= 4:
+        return shape[0], shape[1], shape[2], False
+    if len(shape) == 3 and shape[-1] <= 4:
+        return shape[2], shape[0], shape[1], True
+    return None
+
+
 class ConvTorso(nn.Module):
     """The Nature DQN convolutions over an image observation, flattened.
 
@@ -126,17 +140,13 @@ class ConvTorso(nn.Module):
     def __init__(self, shape: Sequence[int], activation: Callable[[], nn.Module]) -> None:
         super().__init__()
         shape = tuple(int(d) for d in shape)
-        if len(shape) == 2:
-            c, h, w, self.channels_last = 1, shape[0], shape[1], False
-        elif len(shape) == 3 and shape[0] <= 4:
-            (c, h, w), self.channels_last = shape, False
-        elif len(shape) == 3 and shape[-1] <= 4:
-            (h, w, c), self.channels_last = shape, True
-        else:
+        layout = image_layout(shape)
+        if layout is None:
             raise ConfigError(
                 f"torso must be 'mlp' for observations of shape {shape}, got: 'cnn' (it reads "
                 "images (C, H, W) or (H, W, C) with C <= 4, or (H, W))"
             )
+        c, h, w, self.channels_last = layout
         self.shape = shape
         layers: list[nn.Module] = []
         for out, kernel, stride in NATURE_CONVS:
@@ -229,12 +239,14 @@ class QNetwork(nn.Module):
         layers: list[nn.Module] = []
         width = obs_dim
         if hp.torso == "cnn":
+            # The shape first: a flat observation (the trading env's, whose preset turns
+            # regime_conditional on) is told it is no image, not about a setting it never gave.
+            conv = ConvTorso((obs_dim,) if obs_shape is None else obs_shape, act)
             if self.n_regimes:  # regimes are flat entries beside the features; images have none
                 raise ConfigError(
                     "regime_conditional must be false with torso 'cnn', got: true (the regime "
                     "probabilities are flat observation entries, an image has none)"
                 )
-            conv = ConvTorso((obs_dim,) if obs_shape is None else obs_shape, act)
             layers.append(conv)
             width = conv.out_features
         for h in hp.hidden_sizes:

@@ -42,6 +42,7 @@ from foxhunt.errors import (
 )
 from foxhunt.health import HealthMonitor
 from foxhunt.learner import DQNAgent
+from foxhunt.networks import image_layout
 from foxhunt.replay import NStepAccumulator, PrioritizedReplayBuffer, ReplayBuffer
 from foxhunt.replay.nstep import Counterfactuals
 
@@ -393,7 +394,9 @@ class DQNTrainer:
                 )
         self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
         self.agent.env_interface = EnvInterface.from_metadata(self.envs.metadata)
-        if hp.torso == "mlp" and len(self.agent.obs_shape) == 3:
+        shape, layout = self.agent.obs_shape, image_layout(self.agent.obs_shape)
+        pixels = self.agent.env_interface.scale is not None  # uint8 Box(0, 255)
+        if hp.torso == "mlp" and layout and min(layout[1:3]) >= 36 and (len(shape) == 3 or pixels):
             log.warning(
                 "observations of shape %s go flattened into the MLP's first layer (%d inputs): "
                 "for images, torso=cnn reads them with the Nature DQN convolutions",
