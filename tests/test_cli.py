@@ -285,6 +285,23 @@ def test_split_and_window_errors_name_their_setting(tmp_path: Path) -> None:
         build_trading(spec)
 
 
+def test_thin_spans_are_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A monthly file of ~130 bars trained and evaluated without a word: 4 regime states on 91
+    training bars, and a 20-bar test span whose Sharpe is noise."""
+    from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
+    from foxhunt.runs import build_spec, build_trading
+
+    for bars, thin in ((130, True), (1000, False)):
+        caplog.clear()
+        data = write_synthetic_csv(tmp_path / f"{bars}.csv", SyntheticMarketConfig(n_bars=bars))
+        build_trading(build_spec(data=str(data), overrides={"market.detector": "volatility_trend"}))
+        said = (
+            "4 regime states fitted on 91 training bars (fewer than 50 a state)" in caplog.text,
+            "the test span holds 20 bars; backtest figures over fewer than 100" in caplog.text,
+        )
+        assert said == (thin, thin), caplog.text
+
+
 def test_force_replaces_only_a_run_and_only_after_the_inputs_check(
     run: Path, tmp_path: Path
 ) -> None:

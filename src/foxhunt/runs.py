@@ -942,6 +942,10 @@ def split_bounds(n: int, train_fraction: float, validation_fraction: float) -> t
     return train_end, val_end
 
 
+# Below these a run trains and evaluates, with a warning (check_split_sizes).
+_BARS_PER_REGIME, _THIN_TEST_SPAN = 50, 100
+
+
 def check_split_sizes(
     n: int, train_end: int, val_end: int, market: MarketSpec, window: int, source: str | None
 ) -> None:
@@ -974,6 +978,27 @@ def check_split_sizes(
             f"market.train_fraction={market.train_fraction} + market.validation_fraction="
             f"{market.validation_fraction} leave {n - val_end} test bars of {n} in {where} "
             f"{sizes}; `foxhunt evaluate` backtests there and needs at least 3"
+        )
+    # Usable, but thin: said once here rather than discovered in a report's figures.
+    if market.n_regimes > 1 and train_end < _BARS_PER_REGIME * market.n_regimes:
+        log.warning(
+            "%s %s: %d regime states fitted on %d training bars (fewer than %d a state): "
+            "the detector's states rest on little data (lower market.n_regimes, or give more "
+            "history)",
+            where,
+            sizes,
+            market.n_regimes,
+            train_end,
+            _BARS_PER_REGIME,
+        )
+    if n - val_end < _THIN_TEST_SPAN:
+        log.warning(
+            "%s %s: the test span holds %d bars; backtest figures over fewer than %d bars are "
+            "mostly noise (a per-bar Sharpe's standard error is about 1/sqrt(bars))",
+            where,
+            sizes,
+            n - val_end,
+            _THIN_TEST_SPAN,
         )
 
 
