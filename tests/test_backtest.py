@@ -106,6 +106,7 @@ def test_degenerate_inputs():
     assert bt.annualised_volatility(zeros) == 0.0
     assert bt.sharpe(np.full(5, 0.001)) == 0.0  # constant gains: no dispersion
     assert bt.sortino([0.01, 0.02]) == 0.0  # no losing bar
+    assert bt.sharpe_standard_error(zeros) == 0.0  # no Sharpe: shown as 0, like it
     assert bt.sharpe([0.01]) == 0.0 and bt.annualised_volatility([0.01]) == 0.0
     with pytest.raises(DataError, match="empty"):
         bt.sharpe([])
@@ -759,3 +760,16 @@ def test_near_ties_are_decided_by_the_one_bar_call():
     res = bt.run_policy(market, act, cfg, "agent")
     assert len(calls) == env.max_steps
     assert res.positions.tolist()[:3] == [0.0, 1.0, -1.0]
+
+
+def test_the_sharpe_standard_error_is_the_spread_of_sharpe_over_repeated_samples():
+    """Lo (2002) for independent bars, checked against the Sharpe ratios of 4000 simulated
+    200-bar spans (per-bar SR 0.1): their spread is the standard error the report prints."""
+    rng = np.random.default_rng(7)
+    spans = rng.normal(0.001, 0.01, size=(4000, 200))
+    sharpes = np.array([bt.sharpe(r, 252) for r in spans])
+    predicted = bt.sharpe_standard_error(spans[0], 252)
+    assert predicted == pytest.approx(math.sqrt((1 + 0.1**2 / 2) / 200 * 252), rel=0.05)
+    assert sharpes.std(ddof=1) == pytest.approx(predicted, rel=0.05)
+    m = bt.compute_metrics(spans[0], np.ones(200), periods_per_year=252)
+    assert m["sharpe_se"] == predicted
