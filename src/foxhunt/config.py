@@ -282,10 +282,10 @@ class DQNHyperparameters(BaseModel):
     # --- network
     torso: Literal["mlp", "cnn"] = "mlp"
     """The shared torso. ``cnn``: the Nature DQN convolutions (Mnih et al. 2015: 32 8x8/4, 64
-    4x4/2, 64 3x3/1) over image observations of shape (C, H, W) or (H, W, C), C <= 4 (stacked
-    frames, RGB), or (H, W) (one channel), at least 36 x 36, then the ``hidden_sizes`` layers
-    (the paper: ``[512]``). Chosen explicitly,
-    as SB3's ``CnnPolicy`` is: ``mlp`` flattens an image into one wide input layer."""
+    4x4/2, 64 3x3/1) over image observations of shape (C, H, W) or (H, W, C), C the smallest
+    axis (stacked frames, RGB), or (H, W) (one channel), at least 36 x 36, then the
+    ``hidden_sizes`` layers (the paper: ``[512]``). Chosen explicitly, as SB3's ``CnnPolicy``
+    is: ``mlp`` flattens an image into one wide input layer."""
     hidden_sizes: tuple[PositiveInt, ...] = (256, 256)
     """Widths of the shared MLP torso, after the convolutions with ``torso: cnn`` (a new run
     takes at most 64 layers; see check_new)."""

@@ -117,14 +117,15 @@ NATURE_CONVS: tuple[tuple[int, int, int], ...] = ((32, 8, 4), (64, 4, 2), (64, 3
 
 def image_layout(shape: Sequence[int]) -> tuple[int, int, int, bool] | None:
     """``(channels, height, width, channels_last)`` of an observation shape the convolutions
-    read: ``(C, H, W)`` or ``(H, W, C)`` with C <= 4 (stacked frames, RGB), or ``(H, W)``;
-    None for any other."""
+    read: ``(C, H, W)`` or ``(H, W, C)``, the channels being the one axis smaller than both
+    others (stacked frames, RGB, SB3's ``VecFrameStack`` of RGB: ``(H, W, 12)``), or ``(H, W)``;
+    None for any other (no such axis: the layout would be a guess)."""
     shape = tuple(int(d) for d in shape)
     if len(shape) == 2:
         return 1, shape[0], shape[1], False
-    if len(shape) == 3 and shape[0] <= 4:
+    if len(shape) == 3 and shape[0] < min(shape[1:]):
         return shape[0], shape[1], shape[2], False
-    if len(shape) == 3 and shape[-1] <= 4:
+    if len(shape) == 3 and shape[2] < min(shape[:2]):
         return shape[2], shape[0], shape[1], True
     return None
 
@@ -134,7 +135,7 @@ class ConvTorso(nn.Module):
 
     Takes the observation flat (``[B, prod(shape)]``, as every other torso does) or shaped, in
     either layout: ``(C, H, W)`` (stacked frames, Gymnasium's ``FrameStackObservation``) or
-    ``(H, W, C)`` (RGB), C <= 4; a 2-D ``(H, W)`` is one channel.
+    ``(H, W, C)`` (RGB), the channels the smallest axis; a 2-D ``(H, W)`` is one channel.
     """
 
     def __init__(self, shape: Sequence[int], activation: Callable[[], nn.Module]) -> None:
@@ -144,7 +145,7 @@ class ConvTorso(nn.Module):
         if layout is None:
             raise ConfigError(
                 f"torso must be 'mlp' for observations of shape {shape}, got: 'cnn' (it reads "
-                "images (C, H, W) or (H, W, C) with C <= 4, or (H, W))"
+                "images (C, H, W) or (H, W, C) with C the smallest axis, or (H, W))"
             )
         c, h, w, self.channels_last = layout
         self.shape = shape
