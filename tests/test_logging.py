@@ -317,8 +317,11 @@ def test_every_evaluation_is_logged_at_its_own_step() -> None:
     )  # fmt: skip
     trainer = DQNTrainer(hp, "CartPole-v1")
     rows: list[dict] = []
-    trainer.learn(1000, callback=rows.append)
+    summary = trainer.learn(1000, callback=rows.append)
     logged = [(r["env_steps"], r["eval_return"]) for r in rows if r["eval_return"] is not None]
+    best = max(ret for _, ret in logged)
+    assert summary["best_eval_return"] == best  # and the step it was reached at, first
+    assert summary["best_eval_env_steps"] == next(s for s, ret in logged if ret == best)
     assert logged == trainer.eval_history == [(300, logged[0][1]), *logged[1:]]
     assert [s for s, _ in logged] == [300, 600, 900]
     assert {r["env_steps"] for r in rows} >= {400, 800, 1000}

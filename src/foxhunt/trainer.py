@@ -860,6 +860,11 @@ class DQNTrainer:
             "effective_batch_size": hp.effective_batch_size,
             "last_eval_return": self.last_eval_return,
             "best_eval_return": self.best_eval_return,
+            # When it was reached (the weights best_model.safetensors holds): the first
+            # evaluation with the best return, as _run_eval keeps only a strictly better one.
+            "best_eval_env_steps": next(
+                (step for step, ret in self.eval_history if ret == self.best_eval_return), None
+            ),
             "skipped_steps": self.agent.skipped_steps,
             "health_events": len(self.health.events),
             "wall_time_s": elapsed,
