@@ -182,3 +182,14 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def fill_sb3_replay(rb: Any, data: dict[str, Any]) -> None:
+    """Put the benchmark's transitions into an SB3 ``ReplayBuffer`` (one env), full."""
+    rb.observations[:, 0] = data["obs"]
+    rb.next_observations[:, 0] = data["next_obs"]
+    rb.actions[:, 0, 0] = data["actions"]
+    rb.rewards[:, 0] = data["rewards"]
+    rb.dones[:, 0] = data["dones"]
+    rb.timeouts[:] = 0.0
+    rb.pos, rb.full = 0, True

@@ -114,13 +114,7 @@ def make_sb3(data: dict[str, np.ndarray]) -> Any:
     model.set_logger(Logger(folder=None, output_formats=[]))
     rb = model.replay_buffer
     assert rb is not None and rb.buffer_size == n and rb.observations.dtype == np.uint8
-    rb.observations[:, 0] = data["obs"]
-    rb.next_observations[:, 0] = data["next_obs"]
-    rb.actions[:, 0, 0] = data["actions"]
-    rb.rewards[:, 0] = data["rewards"]
-    rb.dones[:, 0] = data["dones"]
-    rb.timeouts[:] = 0.0
-    rb.pos, rb.full = 0, True
+    C.fill_sb3_replay(rb, data)
     return model
 
 

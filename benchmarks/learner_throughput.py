@@ -115,19 +115,8 @@ def make_sb3(batch: int, data: dict[str, np.ndarray]) -> Any:
     model.set_logger(Logger(folder=None, output_formats=[]))
     rb = model.replay_buffer
     assert rb is not None and rb.buffer_size == n and rb.n_envs == 1
-    fill_sb3_replay(rb, data)
+    C.fill_sb3_replay(rb, data)
     return model
-
-
-def fill_sb3_replay(rb: Any, data: dict[str, np.ndarray]) -> None:
-    """Put the benchmark's transitions into an SB3 ``ReplayBuffer`` (one env), full."""
-    rb.observations[:, 0] = data["obs"]
-    rb.next_observations[:, 0] = data["next_obs"]
-    rb.actions[:, 0, 0] = data["actions"]
-    rb.rewards[:, 0] = data["rewards"]
-    rb.dones[:, 0] = data["dones"]
-    rb.timeouts[:] = 0.0
-    rb.pos, rb.full = 0, True
 
 
 def mlp() -> torch.nn.Sequential:
@@ -181,7 +170,7 @@ class CleanRLLoop:
         self.rb = ReplayBuffer(
             n, env.observation_space, env.action_space, "cpu", handle_timeout_termination=False
         )
-        fill_sb3_replay(self.rb, data)
+        C.fill_sb3_replay(self.rb, data)
         self.q_network = mlp()
         self.target_network = copy.deepcopy(self.q_network)
         self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=LR)

@@ -79,28 +79,25 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def _lr_lambda(hp: DQNHyperparameters, agent: DQNAgent):  # type: ignore[no-untyped-def]
-    """Learning-rate multiplier as a function of optimizer steps taken (the decay's length is
-    the agent's ``lr_decay_steps``: the run's when the hyperparameter is None)."""
+def lr_factor(hp: DQNHyperparameters, step: int, decay_steps: int | None) -> float:
+    """Learning-rate multiplier after ``step`` optimizer steps, a linear/cosine decay lasting
+    ``decay_steps`` (the agent's ``lr_decay_steps``; None: not planned yet, nothing has stepped,
+    see ``DQNAgent.update``)."""
     warm = hp.lr_warmup_steps
-
-    def fn(step: int) -> float:
-        if warm and step < warm:
-            return (step + 1) / warm
-        t = step - warm
-        if hp.lr_schedule == "constant":
-            return 1.0
-        if hp.lr_schedule == "step":
-            return hp.lr_step_gamma ** (t // hp.lr_step_size)
-        if agent.lr_decay_steps is None:  # not planned yet: nothing has stepped (see update)
-            return 1.0
-        frac = min(1.0, t / agent.lr_decay_steps)
-        if hp.lr_schedule == "linear":
-            return 1.0 + (hp.lr_final_ratio - 1.0) * frac
-        cos = 0.5 * (1.0 + math.cos(math.pi * frac))  # cosine
-        return hp.lr_final_ratio + (1.0 - hp.lr_final_ratio) * cos
-
-    return fn
+    if warm and step < warm:
+        return (step + 1) / warm
+    t = step - warm
+    if hp.lr_schedule == "constant":
+        return 1.0
+    if hp.lr_schedule == "step":
+        return hp.lr_step_gamma ** (t // hp.lr_step_size)
+    if decay_steps is None:
+        return 1.0
+    frac = min(1.0, t / decay_steps)
+    if hp.lr_schedule == "linear":
+        return 1.0 + (hp.lr_final_ratio - 1.0) * frac
+    cos = 0.5 * (1.0 + math.cos(math.pi * frac))  # cosine
+    return hp.lr_final_ratio + (1.0 - hp.lr_final_ratio) * cos
 
 
 def build_optimizer(params: list[nn.Parameter], hp: DQNHyperparameters) -> torch.optim.Optimizer:
@@ -344,7 +341,9 @@ class DQNAgent:
         self.lr_decay_steps: int | None = hp.lr_decay_steps
         """The linear/cosine decay's length in optimizer steps: the hyperparameter's, or with
         None the run's, which ``DQNTrainer.learn`` sets from its total."""
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, _lr_lambda(hp, self))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: lr_factor(hp, step, self.lr_decay_steps)
+        )
         self.autocast_dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[
             hp.mixed_precision
         ]
@@ -612,16 +611,22 @@ class DQNAgent:
         same total continues the same schedule). The next step's rate follows at once."""
         if self.hp.lr_decay_steps is not None or self.hp.lr_schedule not in ("linear", "cosine"):
             return
-        length = max(1, updates - 1 - self.hp.lr_warmup_steps)
+        length = self._decay_length(updates)
         if length == self.lr_decay_steps:
             return
         self.lr_decay_steps = length
+        rates = [self.planned_rate(updates)]  # LambdaLR's own expression: base * factor
+        self.optimizer.param_groups[0]["lr"] = rates[0]
+        self.scheduler._last_lr = rates  # type: ignore[attr-defined]
+
+    def planned_rate(self, updates: int) -> float:
+        """The next optimizer step's learning rate were the run's decay planned over
+        ``updates`` optimizer steps (what :meth:`plan_lr_decay` would set)."""
         sched = self.scheduler
-        for group, base, fn in zip(
-            self.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas, strict=True
-        ):
-            group["lr"] = base * fn(sched.last_epoch)  # LambdaLR's own expression
-        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # type: ignore[attr-defined]
+        return sched.base_lrs[0] * lr_factor(self.hp, sched.last_epoch, self._decay_length(updates))
+
+    def _decay_length(self, updates: int) -> int:
+        return max(1, updates - 1 - self.hp.lr_warmup_steps)
 
     def _require_decay_length(self) -> None:
         """Before a step: a decay over "the run" needs the run's length, which a trainer gives

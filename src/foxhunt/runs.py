@@ -244,6 +244,15 @@ def refuse_other_dir(run_dir: Path, python_call: str) -> None:
         )
 
 
+SPLITS = ("train", "validation", "test", "all")
+
+
+def check_split(split: object) -> None:
+    """Refuse a split name that is none of :data:`SPLITS`."""
+    if split not in SPLITS:
+        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got: {split!r}")
+
+
 def _absolute(path: Path) -> str:
     """``path`` resolved; a symlink loop (which ``resolve`` raises on) made absolute as it is,
     for the loader to name."""
@@ -482,8 +491,7 @@ class TradingSetup:
             "test": (self.val_end, n),
             "all": (0, n),
         }
-        if split not in bounds:
-            raise ConfigError(f"split must be one of train, validation, test, all, got: {split!r}")
+        check_split(split)
         return bounds[split]
 
     def span(self, split: str, *, closing: bool = False) -> Any:

@@ -28,6 +28,7 @@ from foxhunt.learner import DQNAgent
 from foxhunt.runs import (
     RunSpec,
     TradingSetup,
+    check_split,
     data_path,
     load_model,
     load_spec,
@@ -518,11 +519,7 @@ def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:
         ends = [planned_updates(0, t, hp) for t in (own, total)]
         if ends[0] != ends[1]:
             agent = trainer.agent
-            rates = []
-            for end in ends:
-                agent.plan_lr_decay(end)
-                rates.append(agent.optimizer.param_groups[0]["lr"])
-            agent.plan_lr_decay(ends[0])  # as it was: learn(total) plans the new one
+            rates = [agent.planned_rate(end) for end in ends]
             log.warning(
                 "the learning rate's %s decay follows the new total of %d env steps (was %d): "
                 "it ends at optimizer step %d (was %d; %d taken), and the next step's rate "
@@ -1009,9 +1006,8 @@ def check_evaluation_options(
         if value is not None:
             written = str(value) if isinstance(value, Path) else value  # as the user wrote it
             raise ConfigError(f"{name} applies to {applies}; {run_dir} {kind}, got: {written!r}")
-    splits = ("train", "validation", "test", "all")
-    if spec.is_trading and split is not None and split not in splits:  # before any loading
-        raise ConfigError(f"split must be one of {', '.join(splits)}, got: {split!r}")
+    if spec.is_trading and split is not None:  # before any loading
+        check_split(split)
     if episodes is None:
         return 10
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
