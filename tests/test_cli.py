@@ -215,6 +215,32 @@ def test_filesystem_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert "\n" not in err and "Traceback" not in err
 
 
+def test_broken_symlinks_on_the_way_to_an_output_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dangling or looping symlink as (or above) --run-dir failed as "File exists", which
+    reads as a run already being there; hyperopt said so only after its search had run."""
+    from foxhunt.cli import main
+
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    loop, under_dangling = str(tmp_path / "loop"), str(tmp_path / "dangling" / "run")
+    cases = {
+        ("train", "--env", "CartPole-v1", "--run-dir", loop): "symlink loop",
+        ("train", "--run-dir", under_dangling): f"dangling symlink (to {tmp_path / 'gone'}",
+        ("hyperopt", "--env", "CartPole-v1", "--trials", "1", "--run-dir", loop): "symlink loop",
+        ("data", "synth", "--out", str(tmp_path / "loop" / "m.csv")): "symlink loop",
+    }
+    for argv, said in cases.items():
+        assert main(list(argv)) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert said in err and err.startswith("foxhunt: error: --"), err
+        assert "\n" not in err and "Trial" not in err
+    assert not (tmp_path / "gone").exists()
+    assert main(["data", "synth", "--out", str(tmp_path / "dangling"), "--bars", "50"]) == 2
+    assert "must end in .csv" in capsys.readouterr().err  # the file itself: replaced, not refused
+
+
 def test_data_paths_are_stored_absolute_and_config_sections_stand_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -910,6 +936,41 @@ def test_sigterm_outside_training_carries_its_signal(monkeypatch: pytest.MonkeyP
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert seen == [signal.SIGTERM]
+
+
+def test_main_in_process_leaves_logging_and_sigterm_as_it_found_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A notebook or script calling cli.main() kept foxhunt's SIGTERM handler (which raises
+    KeyboardInterrupt) and a root logging handler after it returned."""
+    import logging
+    import signal
+
+    from foxhunt import cli
+
+    def mine(signum: int, frame: object) -> None:
+        return None
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # an unconfigured process: basicConfig adds one
+    monkeypatch.setattr(root, "level", logging.ERROR)
+    previous = signal.signal(signal.SIGTERM, mine)
+    inside: list[object] = []
+
+    def command(args: object) -> int:
+        inside.append((signal.getsignal(signal.SIGTERM), list(root.handlers)))
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, "report", command)
+    try:
+        assert cli.main(["report", "."]) == 0
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    handler_inside, handlers_inside = inside[0]
+    assert handler_inside is not mine and len(handlers_inside) == 1  # it did set both up
+    assert after is mine
+    assert root.handlers == [] and root.level == logging.ERROR
 
 
 def test_every_option_and_argument_says_what_it_is(tmp_path):

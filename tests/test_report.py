@@ -170,6 +170,33 @@ def test_short_series_are_drawn_with_dots() -> None:
         assert ax.lines[0].get_marker() == marker and ax.lines[1].get_marker() == marker
 
 
+def test_the_rolling_episode_return_is_a_mean_over_episodes() -> None:
+    """Each row's episode_return is the mean of the episodes that ended in it: the rolling line
+    averaged those means as equals, so one 500-step episode outweighed twenty 10-step ones."""
+    from matplotlib.figure import Figure
+
+    from foxhunt.report import _draw_returns
+
+    # Ten times: a row of 20 episodes returning 10, one of a single 500, one of three 40s, and a
+    # row in which no episode ended. 30 rows with returns: a rolling window of 3 rows.
+    ended = [20, 1, 3, 0] * 10
+    means = [10.0, 500.0, 40.0, np.nan] * 10
+    frame = pd.DataFrame(
+        {
+            "env_steps": np.arange(1, 41) * 100,
+            "episodes": np.cumsum(ended),
+            "episode_return": means,
+        }
+    )
+    ax = Figure().subplots()
+    _draw_returns(ax, frame, "env_steps")
+    rolling = ax.lines[1].get_ydata()
+    last_three_rows = [10.0] * 20 + [500.0] + [40.0] * 3
+    assert len(rolling) == 30 and "3 rows, per episode" in ax.lines[1].get_label()
+    assert rolling[-1] == pytest.approx(np.mean(last_three_rows))  # 34.17, not 183.3
+    assert rolling[0] == 10.0 and rolling[1] == pytest.approx((200 + 500) / 21)
+
+
 def test_a_diverged_run_reads_as_one(tmp_path: Path) -> None:
     """Non-finite losses at the end: the final value was the last finite one, the loss row and
     plot vanished when every value was nan, and nothing on the page said so."""

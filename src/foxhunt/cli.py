@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import logging
 import math
@@ -414,6 +415,21 @@ _RUN_MARKERS = (
 )
 
 
+def _refuse_broken_link(option: str, path: Path, *, parents_only: bool = False) -> None:
+    """Name a dangling or looping symlink on the way to ``path``: creating the directory
+    through one failed as "File exists", which reads as a run already being there."""
+    for part in path.parents if parents_only else (path, *path.parents):
+        if part.is_symlink() and not part.exists():
+            try:
+                part.stat()
+                what = "a dangling symlink"
+            except OSError as err:
+                what = "a symlink loop" if err.errno == errno.ELOOP else "a dangling symlink"
+            if what == "a dangling symlink":
+                what += f" (to {os.readlink(part)}, which does not exist)"
+            raise ConfigError(f"{option} {path}: {part} is {what}")
+
+
 def _prepare_run_dir(path: Path, force: bool) -> bool:
     """Check ``--run-dir``; True when it holds an old run that ``--force`` will replace.
 
@@ -421,6 +437,7 @@ def _prepare_run_dir(path: Path, force: bool) -> bool:
     validated, so a bad new input leaves the old run as it was. ``--force`` replaces only a
     directory that holds a foxhunt run, never the working directory or one of its parents.
     """
+    _refuse_broken_link("--run-dir", path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--run-dir must be a directory, got a file: {path}")
     if not (path.is_dir() and any(path.iterdir())):
@@ -632,6 +649,7 @@ def cmd_hyperopt(args: argparse.Namespace) -> int:
     _not_under_torchrun("hyperopt")
     spec = _spec_from_args(args)
     if args.run_dir:  # before the market is built: a refused directory is refused at once
+        _refuse_broken_link("--run-dir", Path(args.run_dir))
         check_search_dir(Path(args.run_dir), args.study_name, args.storage, args.force)
     best = run_hyperopt(
         spec,
@@ -657,6 +675,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
 
     out = Path(args.out)
+    _refuse_broken_link("--out", out, parents_only=True)  # the file itself is replaced
     if out.is_dir():
         raise ConfigError(f"--out must be a file path, got a directory: {out}")
     if os.path.basename(args.out) != out.name:  # Path() drops "x.csv/"'s slash, "x.csv/."'s dot
@@ -745,10 +764,30 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: returns the exit code (0 ok, 2 user error, 130 interrupted, 143 SIGTERM)."""
     args = build_parser().parse_args(argv)
+    # Called in-process (a notebook, a test, a script), main() leaves the caller's logging and
+    # SIGTERM handling as it found them.
+    root = logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
+    sigterm_handler = signal.getsignal(signal.SIGTERM)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    try:
+        return _main(args)
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in root_handlers:
+                root.removeHandler(handler)
+                handler.close()
+        root.setLevel(root_level)
+        if sigterm_handler is not None:  # None: set from C, which Python cannot put back
+            with contextlib.suppress(ValueError):  # not the main thread: nothing was set
+                signal.signal(signal.SIGTERM, sigterm_handler)
+
+
+def _main(args: argparse.Namespace) -> int:
+    """Runs the parsed command; turns user errors and interrupts into one line and an exit code."""
     terminated: list[int] = []
 
     def on_sigterm(signum: int, frame: Any) -> None:

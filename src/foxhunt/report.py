@@ -92,6 +92,23 @@ def _rolling_window(n: int) -> int:
     return max(1, min(100, n // 10))
 
 
+def _episode_weighted_mean(frame: pd.DataFrame, returns: pd.Series, window: int) -> pd.Series:
+    """Rolling mean of ``returns`` (each row's mean over the episodes that ended in it) weighted
+    by how many episodes each row holds, from the running ``episodes`` total: a row of one
+    long episode and a row of twenty short ones then count as the twenty-one episodes they are,
+    not as two equal means. Rows without that count weigh one."""
+    import pandas as pd
+
+    weights = pd.Series(1.0, index=returns.index)
+    if "episodes" in frame.columns:
+        total = frame["episodes"].ffill()
+        ended = total.diff().fillna(total)  # the first row: every episode before it
+        ended = ended.reindex(returns.index)
+        weights = ended.where(ended > 0, 1.0)
+    weighted = (returns * weights).rolling(window, min_periods=1).sum()
+    return weighted / weights.rolling(window, min_periods=1).sum()
+
+
 def _draw_returns(ax: Axes, frame: pd.DataFrame, x: str) -> None:
     if _has_data(frame, "episode_return"):
         xs, ys = _xy(frame, x, "episode_return")
@@ -108,10 +125,10 @@ def _draw_returns(ax: Axes, frame: pd.DataFrame, x: str) -> None:
         )
         ax.plot(
             xs,
-            ys.rolling(window, min_periods=1).mean(),
+            _episode_weighted_mean(frame, ys, window),
             color="tab:blue",
             linewidth=1.8,
-            label=f"rolling mean ({window} row{'s' if window != 1 else ''})",
+            label=f"rolling mean ({window} row{'s' if window != 1 else ''}, per episode)",
         )
     if _has_data(frame, "eval_return"):
         xs, ys = _xy(frame, x, "eval_return")
