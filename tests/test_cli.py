@@ -429,6 +429,10 @@ def test_a_run_in_use_is_not_resumed_or_replaced(run: Path, tmp_path: Path) -> N
         assert out.returncode == 2 and "is in use by another foxhunt process" in out.stderr
         out = foxhunt("train", "--env", "CartPole-v1", "--run-dir", "live", "--force", cwd=tmp_path)
         assert out.returncode == 2 and "is in use by another foxhunt process" in out.stderr
+        # Without --force: not "use foxhunt resume", which the lock refuses too.
+        out = foxhunt("train", "--env", "CartPole-v1", "--run-dir", "live", cwd=tmp_path)
+        assert out.returncode == 2 and "is in use by another foxhunt process" in out.stderr
+        assert "foxhunt resume" not in out.stderr
     after = sorted(p.relative_to(live) for p in live.rglob("*") if p.name != ".foxhunt.lock")
     assert after == [p for p in before if p.name != ".foxhunt.lock"]
 

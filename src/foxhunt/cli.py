@@ -443,6 +443,9 @@ def _prepare_run_dir(path: Path, force: bool) -> bool:
     if not (path.is_dir() and any(path.iterdir())):
         return False
     if not force:
+        from foxhunt.session import assert_not_in_use
+
+        assert_not_in_use(path)  # a live run: "resume it" would be refused as well
         if (path / "ensemble-plan.json").is_file():
             resume = f"foxhunt ensemble resume {shell_quoted(path)}"
             hint = f"an ensemble stopped part way: `{resume}`, or --force"
