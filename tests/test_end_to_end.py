@@ -331,9 +331,10 @@ def test_new_bars_that_break_the_spacing_are_said(caplog) -> None:
 def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_place(
     tmp_path: Path, caplog
 ) -> None:
-    """A revised value inside the training span does not refit the regime detector the policy
-    was trained with (a refit relabels the regimes: other decisions, silently), and bars
-    appended to the run's own file are checked as --data's are (a weekend bar is said)."""
+    """A revised value inside the training span does not refit the regime detector or the
+    feature normalisation the policy was trained with (a refit relabels the regimes and rescales
+    every observation: other decisions, silently), and bars appended to the run's own file are
+    checked as --data's are (a weekend bar is said)."""
     import foxhunt
     from foxhunt.errors import ConfigError
     from foxhunt.markets.synthetic import SyntheticMarketConfig, write_synthetic_csv
@@ -344,6 +345,7 @@ def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_pl
     frame["timestamp"] = days.strftime("%Y-%m-%d")
     frame.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
     overrides = {"learning_starts": 300, "hidden_sizes": [32, 32], "eval_interval": 0}
+    overrides["market.features"] = ["ret_1", "vol_20"]
     spec = foxhunt.build_spec(data=tmp_path / "base.csv", total_steps=400, overrides=overrides)
     foxhunt.train_run(spec, tmp_path / "run", progress=False)
     frame.to_csv(tmp_path / "grown.csv", index=False)
@@ -354,7 +356,21 @@ def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_pl
     caplog.clear()
     after = foxhunt.next_position(tmp_path / "run", data=tmp_path / "revised.csv")
     assert after["regime_probabilities"] == before["regime_probabilities"]
-    assert "the run's detector is kept as trained" in caplog.text
+    kept = "the run's feature normalisation and regime detector are kept as trained"
+    assert kept in caplog.text
+
+    # The observations' features: after the revised bar's windows, as the policy's scale had
+    # them (a refit on the revised rows moved every one: vol_20's std by a factor of about 3).
+    from foxhunt.runs import build_trading, load_spec, read_data_record
+
+    def features(data: Path) -> np.ndarray:
+        run = tmp_path / "run"
+        setup = build_trading(load_spec(run), data_override=data, recorded=read_data_record(run))
+        return setup.market.features
+
+    np.testing.assert_array_equal(
+        features(tmp_path / "revised.csv")[200:], features(tmp_path / "grown.csv")[200:]
+    )
 
     # evaluate on the run's own file, its values revised in place: the trained detector too.
     def detected() -> np.ndarray:  # the series file is rewritten by each evaluate
@@ -365,7 +381,7 @@ def test_next_position_keeps_the_trained_detector_and_checks_bars_appended_in_pl
     revised.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
     caplog.clear()
     assert (detected() == trained).all()
-    assert "the run's detector is kept as trained" in caplog.text
+    assert kept in caplog.text
     frame.iloc[:650].to_csv(tmp_path / "base.csv", index=False)
     # A new bar with a shifted decimal (x100) validates, but is said; real new bars are not.
     assert "check its prices" not in caplog.text

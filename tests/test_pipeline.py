@@ -162,14 +162,16 @@ def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
 
     from foxhunt.markets.pipeline import prepare_market_with_detector
 
-    fitted, state = prepare_market_with_detector(market, train_end=TRAIN_END, seed=0)
+    fitted, kept_fit = prepare_market_with_detector(market, train_end=TRAIN_END, seed=0)
+    assert set(kept_fit) == {"detector", "normalizer"}
+    state = kept_fit["detector"]
     assert state is not None and set(state) == {"key", "params"}
     state = json.loads(json.dumps(state))  # as data.json holds it
     calls: list[int] = request.getfixturevalue("hmm_fits")  # counted from here on
     again, kept = prepare_market_with_detector(
         market, train_end=TRAIN_END, seed=0, detector_state=state
     )
-    assert calls == [] and kept == state
+    assert calls == [] and kept["detector"] == state
     for name in ("regime_probs", "features", "close"):
         np.testing.assert_array_equal(getattr(again, name), getattr(arrays, name))
         np.testing.assert_array_equal(getattr(again, name), getattr(fitted, name))
@@ -205,12 +207,94 @@ def test_a_kept_detector_replaces_the_fit_with_the_same_arrays(
     assert caplog.text.count("kept regime detector is damaged") == len(damages)
     # start_ is not stored: the filter's prior is recomputed from the transitions, as fitted.
     assert "start_" not in state["params"]
-    # Other detectors keep nothing, and take nothing, whatever a record says.
-    for record in ({}, {"key": None, "params": {}}, [1]):
-        out, kept = prepare_market_with_detector(
-            market, train_end=TRAIN_END, detector="volatility_trend", detector_state=record
+    # The oracle and no detector keep nothing, and take nothing, whatever a record says.
+    for detector in ("oracle", "none"):
+        for record in ({}, {"key": None, "params": {}}, [1]):
+            out, kept = prepare_market_with_detector(
+                market, train_end=TRAIN_END, detector=detector, detector_state=record
+            )
+            assert kept["detector"] is None
+
+
+@pytest.mark.parametrize("detector", ["volatility_trend", "hmm", "none"])
+def test_revised_training_rows_keep_the_fitted_scale_and_rule(
+    market, detector: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run acting on its own bars with a revised training value (a vendor's correction)
+    keeps what it fitted: the feature normalisation (a refit rescaled every observation) and
+    the detector, the volatility/trend rule's quantile thresholds included (refitted, they
+    moved, and bars near them changed state). A fresh preparation still refits."""
+    import json
+
+    from foxhunt.markets.pipeline import prepare_market_with_detector
+
+    n_regimes = 3 if detector == "volatility_trend" else 4
+    settings = {"train_end": TRAIN_END, "detector": detector, "n_regimes": n_regimes}
+    trained, kept = prepare_market_with_detector(market, **settings)
+    kept = json.loads(json.dumps(kept))  # as data.json holds it
+    revised = market.copy()  # a stretch of training bars rescaled (a split mis-adjusted)
+    revised.iloc[
+        300:340, [revised.columns.get_loc(c) for c in ("open", "high", "low", "close")]
+    ] *= 1.3
+    refit, _ = prepare_market_with_detector(revised, **settings)
+    with caplog.at_level("WARNING", logger="foxhunt.markets.pipeline"):
+        again, again_kept = prepare_market_with_detector(
+            revised,
+            **settings,
+            detector_state=kept["detector"],
+            normalizer_state=kept["normalizer"],
+            keep_fitted=True,
         )
-        assert kept is None
+    later = slice(400, None)  # past every window that holds the revised bar
+    np.testing.assert_array_equal(again.features[later], trained.features[later])
+    np.testing.assert_array_equal(again.regime_probs[later], trained.regime_probs[later])
+    assert not np.array_equal(refit.features[later], trained.features[later])
+    what = "feature normalisation" + ("" if detector == "none" else " and regime detector")
+    assert f"the run's {what} " in caplog.text
+    assert again_kept["normalizer"]["stats"] == kept["normalizer"]["stats"]
+    if detector == "volatility_trend":
+        assert not np.array_equal(refit.regime_probs[later], trained.regime_probs[later])
+        assert kept["detector"]["params"]["vol_threshold"] is None  # 3 states: no such one
+    # A damaged normalisation is refitted, said, and the detector still kept.
+    caplog.clear()
+    for damage in ({"mean": [0.0]}, {"std": "x"}, {"columns": ["a"]}, {"clip": 3.0}, None):
+        stats = None if damage is None else {**kept["normalizer"]["stats"], **damage}
+        with caplog.at_level("WARNING", logger="foxhunt.markets.pipeline"):
+            out, _ = prepare_market_with_detector(
+                revised,
+                **settings,
+                detector_state=kept["detector"],
+                normalizer_state={"key": "other", "stats": stats},
+                keep_fitted=True,
+            )
+        np.testing.assert_array_equal(out.features, refit.features)
+    assert caplog.text.count("kept feature normalisation is damaged") == 5
+
+
+def test_the_rule_detectors_kept_state_is_checked(market) -> None:
+    from foxhunt.markets.regimes import VolatilityTrendDetector
+
+    fitted = VolatilityTrendDetector(4).fit(market.iloc[:TRAIN_END])
+    state = fitted.fitted_state()
+    loaded = VolatilityTrendDetector(4).load_fitted_state(state)
+    np.testing.assert_array_equal(loaded.predict_proba(market), fitted.predict_proba(market))
+    for damage in (
+        {"vol_threshold": None},
+        {"vol_threshold": -1.0},
+        {"vol_threshold": float("nan")},
+        {"trend_thresholds": [0.1]},
+        {"trend_thresholds": [0.2, 0.1]},
+        {"trend_thresholds": ["0.1", 0.2]},
+        {"settings": {**state["settings"], "vol_window": 10}},
+    ):
+        fresh = VolatilityTrendDetector(4)
+        with pytest.raises(ValueError):
+            fresh.load_fitted_state({**state, **damage})
+        assert fresh.trend_thresholds_ is None  # nothing set
+    with pytest.raises(ValueError, match="null with 3 states"):
+        VolatilityTrendDetector(3).load_fitted_state(
+            {**state, "settings": VolatilityTrendDetector(3).settings()}
+        )
 
 
 def test_prepare_market_keeps_the_features_named(market, arrays):

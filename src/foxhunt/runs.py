@@ -650,17 +650,20 @@ def build_trading(
             seed=spec.hyperparameters.seed if m.detector_seed is None else m.detector_seed,
             # The detector the run trained with, taken when its training rows are these.
             detector_state=recorded.get("detector") if recorded is not None else None,
-            # The run's own bars: the detector the policy was trained with, even where their
-            # values were revised since (a refit can relabel the regimes the policy reads).
-            keep_detector=same_bars,
+            normalizer_state=recorded.get("normalizer") if recorded is not None else None,
+            # The run's own bars: the detector and feature scale the policy was trained with,
+            # even where their values were revised since (a refit can relabel the regimes the
+            # policy reads, and rescales every observation).
+            keep_fitted=same_bars,
         )
     except DataError as err:  # detectors see a frame; name the file the user gave
         where = source or "the synthetic market"
         raise DataError(
             str(err).replace("<DataFrame>", f"{where} (market.detector={m.detector})", 1)
         ) from None
-    if fitted is not None:
-        record["detector"] = fitted
+    record["normalizer"] = fitted["normalizer"]
+    if fitted["detector"] is not None:
+        record["detector"] = fitted["detector"]
     if m.features is not None:
         market = select_features(market, m.features, field="market.features")
     return TradingSetup(

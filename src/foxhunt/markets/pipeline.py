@@ -142,6 +142,24 @@ def _load_kept(model: RegimeDetector, key: str | None, state: object) -> bool:
     return True
 
 
+def _kept_normalizer(stats: object, columns: tuple[str, ...]) -> FeatureNormalizer | None:
+    """The run record's feature normalisation (any JSON), or None with a warning when it does
+    not fit these features (damaged, or written for other columns or clipping)."""
+    try:
+        if not isinstance(stats, Mapping):
+            raise ConfigError(f"not a mapping: {type(stats).__name__}")
+        kept = FeatureNormalizer.from_dict(dict(stats))
+        assert kept.mean_ is not None and kept.std_ is not None
+        if kept.columns_ != columns or kept.clip != FeatureNormalizer().clip:
+            raise ConfigError(f"columns {kept.columns_!r:.80} / clip {kept.clip} are not these")
+        if not (np.isfinite(kept.mean_).all() and np.isfinite(kept.std_).all()):
+            raise ConfigError("a mean or std is not finite")
+    except (ConfigError, TypeError, ValueError, OverflowError) as err:
+        log.warning("the run's kept feature normalisation is damaged (%s): refitting it", err)
+        return None
+    return kept
+
+
 def _same_settings(model: RegimeDetector, state: object) -> bool:
     """Whether a kept detector ``state`` (a run record's: any JSON) was fitted with ``model``'s
     settings, whatever rows it was fitted on."""
@@ -160,16 +178,20 @@ def prepare_market_with_detector(
     n_regimes: int = 4,
     seed: int = 0,
     detector_state: Mapping[str, Any] | None = None,
-    keep_detector: bool = False,
-) -> tuple[MarketArrays, dict[str, Any] | None]:
-    """:func:`prepare_market`, also returning the fitted HMM's state (None for the other
-    detectors, whose fits take milliseconds) and taking one back: ``detector_state`` from an
-    earlier call on the same training rows and settings is used instead of refitting (a run's
-    evaluate and resume on a million-bar file would otherwise repeat minutes of Baum-Welch). A
-    state for other rows or settings is ignored; a damaged one is refitted, with a warning. The
-    result is the same array for array either way. ``keep_detector``: take the state for other
-    rows too (same settings), for a run acting on its own bars with revised values, whose
-    policy learned the regimes of the detector it trained with.
+    normalizer_state: Mapping[str, Any] | None = None,
+    keep_fitted: bool = False,
+) -> tuple[MarketArrays, dict[str, Any]]:
+    """:func:`prepare_market`, also returning what it fitted on the training rows, as JSON
+    values: ``{"normalizer": ..., "detector": ...}`` (the feature normalisation's statistics;
+    the detector's state, None for ``oracle`` and ``none``), and taking them back.
+
+    ``detector_state`` from an earlier call on the same training rows and settings is used
+    instead of refitting (a run's evaluate and resume on a million-bar file would otherwise
+    repeat minutes of Baum-Welch); a state for other rows or settings is ignored, a damaged one
+    refitted with a warning, and the result is the same array for array either way.
+    ``keep_fitted``: take both states for other training rows too (same settings), for a run
+    acting on its own bars with revised values: its policy learned the regimes of the detector
+    and the feature scale it trained with, and a refit on the revised rows would move both.
     """
     if detector not in DETECTORS:
         raise ConfigError(
@@ -196,10 +218,22 @@ def prepare_market_with_detector(
     train = frame.iloc[:train_end]
 
     raw = compute_features(frame)
-    normalizer = FeatureNormalizer().fit(raw.iloc[:train_end])
+    kept_as_trained: list[str] = []  # what was kept although the training rows were revised
+    rows_key = _fit_key(train, "features", 0, 0)
+    normalizer = None
+    revised = isinstance(normalizer_state, Mapping) and normalizer_state.get("key") != rows_key
+    if keep_fitted and revised:  # the same rows: a refit is this state, bit for bit
+        normalizer = _kept_normalizer(normalizer_state.get("stats"), tuple(raw.columns))  # type: ignore[union-attr]
+        if normalizer is not None:
+            kept_as_trained.append("feature normalisation")
+    if normalizer is None:
+        normalizer = FeatureNormalizer().fit(raw.iloc[:train_end])
     features = normalizer.transform(raw).astype(np.float32)
+    fitted: dict[str, Any] = {
+        "normalizer": {"key": rows_key, "stats": normalizer.to_dict()},
+        "detector": None,
+    }
 
-    kept_state: dict[str, Any] | None = None
     if detector == "none":
         probs = np.ones((n, 1))
         names: tuple[str, ...] = ("all",)
@@ -207,24 +241,25 @@ def prepare_market_with_detector(
         probs, names = _oracle_probs(frame, n_regimes)
     else:
         model = make_detector(detector, n_regimes, seed=seed)
-        key = _fit_key(train, detector, n_regimes, seed) if detector == "hmm" else None
+        key = _fit_key(train, detector, n_regimes, seed)
         kept = _load_kept(model, key, detector_state)
-        if not kept and keep_detector and key is not None and _same_settings(model, detector_state):
-            # ``keep_detector``: the kept state even for other training rows (its settings
+        if not kept and keep_fitted and _same_settings(model, detector_state):
+            # ``keep_fitted``: the kept state even for other training rows (its settings
             # still have to match): refitting on revised values can relabel every regime.
             kept = _load_kept(model, detector_state.get("key"), detector_state)  # type: ignore[union-attr]
             if kept:
-                log.warning(
-                    "the training rows differ from those the run's regime detector was "
-                    "fitted on (revised values): the run's detector is kept as trained, "
-                    "not refitted on the revised rows"
-                )
+                kept_as_trained.append("regime detector")
         if not kept:
             model = model.fit(train)
-        if key is not None:
-            kept_state = {"key": key, "params": model.fitted_state()}  # type: ignore[attr-defined]
+        fitted["detector"] = {"key": key, "params": model.fitted_state()}  # type: ignore[attr-defined]
         probs = model.predict_proba(frame)
         names = tuple(model.regime_names)
+    if kept_as_trained:
+        log.warning(
+            "the training rows differ from those the run was fitted on (revised values): the "
+            "run's %s kept as trained, not refitted on the revised rows",
+            " and ".join(kept_as_trained) + (" are" if len(kept_as_trained) > 1 else " is"),
+        )
     probs32 = probs.astype(np.float32)
     probs32 /= probs32.sum(axis=1, keepdims=True)
 
@@ -242,4 +277,4 @@ def prepare_market_with_detector(
         if true is not None
         else (),
     )
-    return market, kept_state
+    return market, fitted

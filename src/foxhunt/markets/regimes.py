@@ -174,6 +174,55 @@ class VolatilityTrendDetector:
         self.trend_thresholds_ = (float(lo), float(hi))
         return self
 
+    def settings(self) -> dict[str, object]:
+        """What a fit depends on besides the data (a kept state must match)."""
+        return {
+            "n_regimes": self._n,
+            "vol_window": self.vol_window,
+            "trend_window": self.trend_window,
+            "vol_quantile": self.vol_quantile,
+            "trend_quantiles": list(self.trend_quantiles),
+        }
+
+    def fitted_state(self) -> dict[str, object]:
+        """The fitted thresholds as JSON values, so a run acting on its own bars with revised
+        values keeps the regimes its policy learned: a refit moves the quantiles, and bars near
+        them change state."""
+        _check_fitted(self, "trend_thresholds_")
+        assert self.trend_thresholds_ is not None and self.vol_threshold_ is not None
+        vol = self.vol_threshold_
+        return {
+            "settings": self.settings(),
+            "vol_threshold": vol if math.isfinite(vol) else None,  # 3 states: no such state
+            "trend_thresholds": list(self.trend_thresholds_),
+        }
+
+    def load_fitted_state(self, state: object) -> VolatilityTrendDetector:
+        """Take :meth:`fitted_state`'s output instead of fitting; it comes from a file, so it is
+        checked against what a fit can produce first. ValueError says what is wrong, and nothing
+        is set."""
+        if not isinstance(state, dict):
+            raise ValueError(f"must be a mapping, got {type(state).__name__}")
+        if state.get("settings") != self.settings():
+            raise ValueError(f"settings {state.get('settings')!r:.120} are not this detector's")
+
+        def number(value: object) -> bool:
+            return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+        vol = state.get("vol_threshold")
+        if self._n == 4 and not (number(vol) and vol >= 0):  # type: ignore[operator]
+            raise ValueError(f"vol_threshold must be a number >= 0, got {vol!r:.40}")
+        if self._n == 3 and vol is not None:
+            raise ValueError(f"vol_threshold must be null with 3 states, got {vol!r:.40}")
+        trend = state.get("trend_thresholds")
+        if not (isinstance(trend, list) and len(trend) == 2 and all(map(number, trend))):
+            raise ValueError(f"trend_thresholds must be two numbers, got {trend!r:.60}")
+        if not trend[0] < trend[1]:
+            raise ValueError(f"trend_thresholds must rise, got {trend!r:.60}")
+        self.vol_threshold_ = math.inf if vol is None else float(vol)  # type: ignore[arg-type]
+        self.trend_thresholds_ = (float(trend[0]), float(trend[1]))
+        return self
+
     def labels(self, df: pd.DataFrame) -> np.ndarray:
         """Regime id per bar, -1 during warm-up."""
         _check_fitted(self, "trend_thresholds_")
