@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -68,6 +69,62 @@ def test_nan_reward_in_second_parallel_env(hp_factory, toy_env_cls) -> None:
         trainer.collect_step()
         with pytest.raises(EnvironmentStepError, match=r"env step 6 \(env index 1\)"):
             trainer.collect_step()
+    finally:
+        trainer.close()
+
+
+class _Alternatives(gym.Env):
+    """A three-action env whose outcomes of the actions not taken (action_augmentation) are
+    ``bad`` from its third step on: replay stores them as it stores real ones."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, bad: float) -> None:
+        self.bad, self.t = bad, 0
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        return np.zeros(2, np.float32), 0.01, self.t >= 10, False, {}
+
+    def counterfactual_transitions(self, obs, action, next_obs, terminated, info):  # type: ignore[no-untyped-def]
+        others = np.array([a for a in range(3) if a != action])
+        rewards = np.full(len(others), self.bad if self.t >= 3 else 0.01)
+        return others, rewards, np.repeat(next_obs[None], len(others), 0), np.zeros(2, bool)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 1e39])
+def test_counterfactual_outcomes_are_checked_as_real_ones(hp_factory, bad: float) -> None:
+    """A non-finite outcome of an action not taken went into replay unchecked (under PER it
+    kept the top priority and halted the run much later as 'non-finite gradients')."""
+    trainer = _trainer(hp_factory, lambda: _Alternatives(bad), action_augmentation=True)
+    try:
+        trainer.collect_step()
+        trainer.collect_step()
+        stored = len(trainer.replay)
+        with pytest.raises(EnvironmentStepError) as info:
+            trainer.collect_step()
+        msg = str(info.value)
+        assert "counterfactual outcome (action_augmentation) of action" in msg
+        assert "env step 3 (env index 0)" in msg and "\n" not in msg
+        assert len(trainer.replay) == stored  # nothing from the bad step was stored
+    finally:
+        trainer.close()
+
+
+def test_counterfactual_rewards_count_towards_the_q_bound(hp_factory) -> None:
+    """The Q-divergence bound's largest reward: alternatives' rewards are stored and learned
+    from, so a large one (a bankruptcy's -10) left out gave a bound too low to hold."""
+    trainer = _trainer(hp_factory, lambda: _Alternatives(-10.0), action_augmentation=True)
+    try:
+        for _ in range(4):
+            trainer.collect_step()
+        assert trainer.health.max_abs_reward == 10.0
     finally:
         trainer.close()
 

@@ -555,14 +555,35 @@ class DQNTrainer:
             source = final if ended[i] else infos
             # Per-env arrays only: an env that did not end still sees the others' final_* dicts.
             info = {k: v[i] for k, v in source.items() if not k.startswith(("_", "final_"))}
-            out.append(
-                Counterfactuals(
-                    *env.counterfactual_transitions(
-                        obs[i], int(actions[i]), real_next[i], bool(terminated[i]), info
-                    )
+            c = Counterfactuals(
+                *env.counterfactual_transitions(
+                    obs[i], int(actions[i]), real_next[i], bool(terminated[i]), info
                 )
             )
+            self._check_counterfactual(c, i)
+            out.append(c)
         return out
+
+    def _check_counterfactual(self, c: Counterfactuals, env_i: int) -> None:
+        """The outcomes of the actions not taken go into replay as real ones do, so they are
+        checked alike: a non-finite one stops the run naming its env and action (stored, it
+        kept PER's top priority and halted the run as "non-finite gradients" much later), and
+        their rewards count towards the Q-divergence bound's largest reward."""
+        rewards = np.asarray(c.rewards, dtype=np.float64)
+        next_obs = np.asarray(c.next_obs, dtype=np.float32)
+        if not len(rewards):
+            return
+        step = self.env_steps + self.hp.n_envs
+        try:
+            self.health.check_env_step(next_obs, rewards, step)
+        except EnvironmentStepError:
+            finite = np.isfinite(rewards) & np.isfinite(next_obs.reshape(len(rewards), -1)).all(1)
+            k = int(np.argmin(finite)) if not finite.all() else int(np.argmax(np.abs(rewards)))
+            raise EnvironmentStepError(
+                f"environment's counterfactual outcome (action_augmentation) of action "
+                f"{int(c.actions[k])} at env step {step} (env index {env_i}) has a non-finite or "
+                f"too large reward or observation: reward {rewards[k]}"
+            ) from None
 
     # --- one optimizer step
     def train_step(self) -> dict[str, float]:
