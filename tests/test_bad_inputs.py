@@ -408,6 +408,11 @@ def _drop_replay_rewards(state: dict, tensors: dict) -> None:
     del tensors["replay.rewards"]
 
 
+def _learning_rate_10(state: dict, tensors: dict) -> None:
+    state["scheduler"].update(base_lrs=[10.0], _last_lr=[10.0])
+    state["optimizer"]["param_groups"][0]["lr"] = 10.0
+
+
 CHECKPOINT_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
     (
         "tensors-bit-flip",
@@ -477,6 +482,26 @@ CHECKPOINT_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
         "forged-replay-size",
         lambda r: rewrite(r, lambda s, t: s["replay"].update(size=10**9)),
         ("replay.size", "1000000000"),
+    ),
+    (
+        "forged-next-eval",  # its interval is 0: the loop spun for ever adding 0 to it
+        lambda r: rewrite(r, lambda s, t: s["loop"].update(next_eval=250)),
+        ("loop.next_eval", "null (its interval is 0)", "250"),
+    ),
+    (
+        "forged-next-checkpoint",  # its interval is 0: a checkpoint at every step from 350 on
+        lambda r: rewrite(r, lambda s, t: s["loop"].update(next_ckpt=350)),
+        ("loop.next_ckpt", "null (its interval is 0)", "350"),
+    ),
+    (
+        "forged-partial-optimizer-state",  # a KeyError traceback at the first update
+        lambda r: rewrite(r, lambda s, t: t.pop("optim.0.exp_avg_sq")),
+        ("optimizer state of parameter 0", "exp_avg_sq"),
+    ),
+    (
+        "forged-learning-rate",  # trained on at 10 while learning_rate said otherwise
+        lambda r: rewrite(r, _learning_rate_10),
+        ("scheduler.base_lrs", "learning_rate", "10.0"),
     ),
     (
         "config-yaml-edited",

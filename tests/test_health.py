@@ -258,6 +258,51 @@ def test_non_finite_weights_are_never_checkpointed(policy: str, hp_factory, toy_
         trainer.close()
 
 
+def test_an_interrupts_save_judges_the_network_without_recording_it(
+    hp_factory, toy_env_cls, caplog
+) -> None:
+    """The checkpoint a stop signal takes is one the uninterrupted run never takes: under
+    q_divergence_policy=warn its check logged a Q-divergence event into that checkpoint, so the
+    resumed run's summary held one event more than the uninterrupted run's."""
+    import signal
+
+    from foxhunt.errors import TrainingInterrupted
+
+    def stopped_at(step: int | None) -> tuple[list[tuple[str, int]], str]:
+        trainer = _trainer(
+            hp_factory,
+            toy_env_cls,
+            checkpoint_interval=20,
+            q_divergence_policy="warn",
+            q_divergence_bound=1e-9,  # every check of the network fires
+        )
+        trainer._checkpointer = _Recorder()
+        real = trainer.collect_step
+
+        def collect_step() -> None:
+            real()
+            if trainer.env_steps == step:
+                trainer._interrupt_requested = signal.SIGINT
+
+        trainer.collect_step = collect_step  # type: ignore[method-assign]
+        caplog.clear()
+        try:
+            with contextlib.suppress(TrainingInterrupted):
+                trainer.learn(50)
+            events = [
+                (e.kind, e.env_steps) for e in trainer.health.events if e.kind == "q_divergence"
+            ]
+            return events, caplog.text
+        finally:
+            trainer.close()
+
+    straight, _ = stopped_at(None)
+    interrupted, said = stopped_at(33)
+    assert ("q_divergence", 20) in straight and ("q_divergence", 40) in straight
+    assert interrupted == [e for e in straight if e[1] <= 33]  # none at 33
+    assert "Q divergence" in said and "at env step 33" in said  # judged and said all the same
+
+
 def test_checking_the_network_before_each_save_draws_nothing(hp_factory, toy_env_cls) -> None:
     """The check runs only where a checkpoint is saved; a run with it must train exactly as one
     without (no random draws, no change to the network or the replay)."""

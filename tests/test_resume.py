@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -270,6 +271,70 @@ def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> N
         old["hyperparameters"]["n_step"] = 3
         with pytest.raises(CheckpointError, match="n_step=3 in the checkpoint, 1 in the run"):
             restore_state(trainer, tensors, old)
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "sgd"])
+def test_loop_boundaries_optimizer_state_and_rates_are_checked_against_the_run(
+    optimizer: str,
+) -> None:
+    """Fields a forger (or a bug) could set apart from the hyperparameters, each of which loaded:
+    an evaluation boundary with evaluation off (the loop spun for ever), none with it on (no
+    evaluation again), a checkpoint boundary off its interval, an optimizer state missing a
+    buffer (a KeyError at the first update), a learning rate other than learning_rate."""
+    import json
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.errors import CheckpointError
+    from foxhunt.trainer import DQNTrainer
+    from foxhunt.trainstate import capture_state, restore_state
+
+    torch.set_num_threads(1)
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,),
+        learning_starts=32,
+        batch_size=32,
+        n_envs=4,
+        eval_interval=24,
+        eval_episodes=1,
+        checkpoint_interval=3,  # under n_envs: the boundary lags behind the steps, by design
+        optimizer=optimizer,
+        lr_schedule="cosine",
+        momentum=0.9 if optimizer == "sgd" else 0.0,  # SGD keeps no state without it
+        device="cpu",
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    try:
+        trainer.learn(64)
+        tensors, state = capture_state(trainer)
+        tensors = {k: v.clone() for k, v in tensors.items()}
+        assert state["loop"]["next_ckpt"] <= state["loop"]["env_steps"]  # the lag, accepted:
+        restore_state(trainer, tensors, json.loads(json.dumps(state)))
+        assert capture_state(trainer)[1] == state
+        buffers = sorted({k.split(".", 2)[2] for k in tensors if k.startswith("optim.")})
+        assert buffers, "the optimizer holds state after 64 steps"
+        forgeries = [
+            ("loop", "next_eval", None, "loop.next_eval must be a multiple of 24 after 64"),
+            ("loop", "next_eval", 48, "loop.next_eval must be a multiple of 24 after 64"),
+            ("loop", "next_eval", 100, "loop.next_eval must be a multiple of 24"),
+            ("loop", "next_ckpt", None, "loop.next_ckpt must be a multiple of 3"),
+            ("loop", "next_ckpt", 65, "loop.next_ckpt must be a multiple of 3"),
+            ("scheduler", "base_lrs", [10.0], "scheduler.base_lrs must be"),
+            ("scheduler", "_last_lr", [10.0], "must be the scheduler's last rate"),
+        ]
+        for section, key, value, message in forgeries:
+            forged = json.loads(json.dumps(state))
+            forged[section][key] = value
+            with pytest.raises(CheckpointError, match=re.escape(message)):
+                restore_state(trainer, tensors, forged)
+        for buffer in buffers:  # gone from every parameter: nothing to compare with but the kind
+            partial = {k: v for k, v in tensors.items() if not k.endswith(f".{buffer}")}
+            with pytest.raises(
+                CheckpointError, match=r"state of parameter 0 holds|n_state must count the 0"
+            ):
+                restore_state(trainer, partial, state)
+        assert capture_state(trainer)[1] == state  # every refusal left the trainer as it was
     finally:
         trainer.close()
 

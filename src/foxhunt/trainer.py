@@ -850,14 +850,14 @@ class DQNTrainer:
         self._save_once()
         return summary
 
-    def _save_once(self) -> Path | None:
+    def _save_once(self, *, off_schedule: bool = False) -> Path | None:
         """``_checked_save``, unless a periodic checkpoint at this very step (checkpoint_interval
         dividing the total, or an interrupt at a checkpoint's step) already holds this state:
         writing it again replaced it with an identical copy, twice the I/O, and a replace needs
         room for both copies (a disk the run just fit on then failed it at its last step)."""
         if self._saved_here():
             return self._saved_at[1]  # type: ignore[index]
-        return self._checked_save()
+        return self._checked_save(off_schedule=off_schedule)
 
     def _saved_here(self) -> bool:
         """Whether the last save was of this very state, to this checkpointer."""
@@ -956,7 +956,9 @@ class DQNTrainer:
                             if self._saved_here()
                             else "saving a checkpoint",
                         )
-                    raise TrainingInterrupted(self.env_steps, self._save_once(), stop)
+                    raise TrainingInterrupted(
+                        self.env_steps, self._save_once(off_schedule=True), stop
+                    )
         except TrainingHalted:
             if self._window.updates:
                 # The steps since the last row, up to the halt (skipped ones counted): the
@@ -1128,7 +1130,7 @@ class DQNTrainer:
             return None
         return self._checkpointer.save(self)
 
-    def _checked_save(self) -> Path | None:
+    def _checked_save(self, *, off_schedule: bool = False) -> Path | None:
         """``save_checkpoint`` for the training loop, after the health monitors have seen the
         network it would hold.
 
@@ -1140,7 +1142,14 @@ class DQNTrainer:
         (all of them reach each save in lockstep)."""
         if (self._checkpointer is not None or self.dist.enabled) and self.agent.optimizer_steps:
             finite, q_abs_max = self._network_health()
-            self.health.check_network(
+            # A save the uninterrupted run does not make (a stop signal's) judges the network
+            # all the same, but records its warning in a copy: the checkpoint, and the resumed
+            # run's health events, stay those of the uninterrupted run (exact resume).
+            monitor = self.health
+            if off_schedule:
+                monitor = copy.copy(self.health)
+                monitor.events = list(self.health.events)
+            monitor.check_network(
                 finite=finite,
                 q_abs_max=q_abs_max,
                 env_steps=self.env_steps,

@@ -346,6 +346,28 @@ def _check_state(
             "checkpoint state field loop.window.stepped must be an integer in "
             f"0..{values['loop.window.updates']}, got: {stepped!r}"
         )
+    # The loop's next boundaries: a boundary set while its interval is 0 (disabled) hung the
+    # loop (eval: `while next <= steps: next += 0`) or saved every step (checkpoints); one left
+    # unset while the interval is on silently stopped the evaluations or checkpoints. A
+    # boundary is a multiple of its interval; the next evaluation's lies ahead (it is moved on
+    # as soon as it is reached), the next checkpoint's may lag when n_envs exceeds the interval.
+    for name, interval in (
+        ("next_eval", hp_.eval_interval),
+        ("next_ckpt", hp_.checkpoint_interval),
+    ):
+        nxt = values[f"loop.{name}"]
+        if interval == 0:
+            ok, want = nxt is None, "null (its interval is 0)"
+        else:
+            ahead = name == "next_ckpt" or (nxt is not None and nxt > env_steps)
+            ok = nxt is not None and nxt > 0 and nxt % interval == 0 and ahead
+            want = f"a multiple of {interval}" + (
+                "" if name == "next_ckpt" else f" after {env_steps}"
+            )
+        if not ok:
+            raise CheckpointError(
+                f"checkpoint state field loop.{name} must be {want}, got: {nxt!r}"
+            )
     if values["loop.train_rounds"] > env_steps // hp_.train_freq:
         raise CheckpointError(
             f"checkpoint state field loop.train_rounds must be at most env_steps "
@@ -401,6 +423,19 @@ def _check_state(
                 )
     sched = {k: v for k, v in agent.scheduler.state_dict().items() if k != "lr_lambdas"}
     _check_like(values["scheduler"], json.loads(json.dumps(sched)), "scheduler")
+    # The schedule's base rate is the hyperparameter's (LambdaLR's initial_lr), and the rate in
+    # force is the scheduler's last one: neither may be set apart from the hyperparameters.
+    saved_sched, group0 = values["scheduler"], values["optimizer.param_groups"][0]
+    if saved_sched["base_lrs"] != [group0.get("initial_lr", hp_.learning_rate)]:
+        raise CheckpointError(
+            f"checkpoint state field scheduler.base_lrs must be [{hp_.learning_rate!r}] "
+            f"(learning_rate), got: {saved_sched['base_lrs']!r:.60}"
+        )
+    if saved_sched["_last_lr"] != [group0["lr"]]:
+        raise CheckpointError(
+            f"checkpoint state field optimizer.param_groups[0].lr must be the scheduler's last "
+            f"rate {saved_sched['_last_lr']!r:.60}, got: {group0['lr']!r:.60}"
+        )
     scaler = agent.scaler.state_dict() if agent.scaler is not None else None
     _check_like(values["scaler"], json.loads(json.dumps(scaler)), "scaler")
     # Tensors whose dtype and shape the trainer alone determines.
@@ -440,6 +475,29 @@ def _check_state(
                 f"to numbers for one of {len(params)} parameters, got: "
                 f"{scalars!r:.60}"
             )
+    # Every parameter the optimizer holds state for holds all of it, alike: a partial one passed
+    # the round trip and failed at the first optimizer step with a KeyError.
+    held: dict[str, set[str]] = {}
+    for key in tensors:
+        parts = key.split(".", 2)
+        if parts[0] == "optim" and len(parts) == 3:
+            held.setdefault(parts[1], set()).add(parts[2])
+    for idx, scalars in values["optimizer.scalars"].items():
+        if isinstance(scalars, dict):
+            held.setdefault(str(idx), set()).update(scalars)
+    if len(held) != values["optimizer.n_state"]:
+        raise CheckpointError(
+            f"checkpoint state field optimizer.n_state must count the {len(held)} parameters "
+            f"the checkpoint holds optimizer state for, got: {values['optimizer.n_state']}"
+        )
+    needed = _optimizer_state_needs(agent.optimizer)
+    for idx, keys in sorted(held.items()):
+        first = next(iter(held.values()))
+        if not needed <= keys or keys != first:
+            raise CheckpointError(
+                f"checkpoint optimizer state of parameter {idx} holds {sorted(keys)}, expected "
+                f"{sorted(needed | first)} (tensors optim.{idx}.*)"
+            )
     for key, t in tensors.items():
         if not key.startswith("optim."):
             continue
@@ -452,6 +510,25 @@ def _check_state(
                 f"checkpoint tensor {key!r} is {t.dtype} {tuple(t.shape)}, "
                 f"expected a float scalar or {shape}"
             )
+
+
+def _optimizer_state_needs(optimizer: torch.optim.Optimizer) -> set[str]:
+    """The per-parameter state keys ``optimizer``'s step reads (a newer PyTorch may keep more;
+    an optimizer not known here: none are required)."""
+    group = optimizer.param_groups[0]
+    if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
+        return {"step", "exp_avg", "exp_avg_sq"} | (
+            {"max_exp_avg_sq"} if group["amsgrad"] else set()
+        )
+    if isinstance(optimizer, torch.optim.RMSprop):
+        return (
+            {"step", "square_avg"}
+            | ({"momentum_buffer"} if group["momentum"] > 0 else set())
+            | ({"grad_avg"} if group["centered"] else set())
+        )
+    if isinstance(optimizer, torch.optim.SGD) and group["momentum"] > 0:
+        return {"momentum_buffer"}
+    return set()
 
 
 def _check_like(saved: Any, fresh: Any, path: str) -> None:
