@@ -339,6 +339,33 @@ def test_loop_boundaries_optimizer_state_and_rates_are_checked_against_the_run(
         trainer.close()
 
 
+def test_how_the_learner_ran_survives_a_resume_that_takes_no_step() -> None:
+    """summary.json's learner_path: a resume whose remaining steps hold no update (or that only
+    writes the final model) reported null where the uninterrupted run said "eager"."""
+    import json
+
+    from foxhunt.errors import CheckpointError
+    from foxhunt.trainstate import restore_state
+
+    trainer, tensors, state = _trained_and_captured()
+    trainer.close()
+    assert state["agent"]["learner_path"] == "eager"
+    fresh = _small_cartpole_trainer()
+    try:
+        assert fresh.agent.learner_path is None
+        old = json.loads(json.dumps(state))
+        del old["agent"]["learner_path"]  # as written before it was kept: null, as before
+        restore_state(fresh, tensors, old)
+        assert fresh.agent.learner_path is None
+        restore_state(fresh, tensors, state)
+        assert fresh.summary()["learner_path"] == "eager"
+        old["agent"]["learner_path"] = "warp_drive"
+        with pytest.raises(CheckpointError, match=r"agent\.learner_path must be null or one of"):
+            restore_state(fresh, tensors, old)
+    finally:
+        fresh.close()
+
+
 def test_checkpoint_without_newer_health_counters_resumes() -> None:
     """Health counters added later (the Q floor, the divergent-run count) start where a fresh
     run's do when a checkpoint predates them; a value that is no count is refused."""

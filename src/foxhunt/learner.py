@@ -209,6 +209,9 @@ def _fused_kernel_available() -> bool:
 # caller who varies the layout more than this steps the other way for the new layouts.
 _GRAPHS_PER_FUNCTION = 4
 
+LEARNER_PATHS = ("whole_step_graph", "compiled_gradients", "compiled_objective", "eager")
+"""The ways an update can run (``DQNAgent.learner_path``, summary.json's ``learner_path``)."""
+
 
 def _objective_inputs(batch: Batch) -> tuple[torch.Tensor | None, ...]:
     """A batch as the objective's positional arguments (the compiled graphs take tensors)."""

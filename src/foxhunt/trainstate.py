@@ -20,6 +20,7 @@ import torch
 
 from foxhunt.config import DQNHyperparameters
 from foxhunt.health import NEWER_FIELDS as NEWER_HEALTH_FIELDS
+from foxhunt.learner import LEARNER_PATHS
 from foxhunt.networks import stored_transposed
 from foxhunt.replay import PrioritizedReplayBuffer
 from foxhunt.trainer import DQNTrainer, MetricsWindow
@@ -103,6 +104,7 @@ def capture_state(trainer: DQNTrainer) -> tuple[dict[str, torch.Tensor], dict[st
             "skipped_steps": agent.skipped_steps,
             "consecutive_skips": agent.consecutive_skips,
             "rng": agent.rng.bit_generator.state,
+            "learner_path": agent.learner_path,
         },
         "loop": {
             "env_steps": trainer.env_steps,
@@ -316,6 +318,12 @@ def _check_state(
             f"{saved.get(diff[0])!r} in the checkpoint, {hp.get(diff[0])!r} in the run{more}"
         )
     values = {path: _field(state, path, kind) for path, kind in _FIELDS}
+    path_taken = state["agent"].get("learner_path")  # absent from older checkpoints
+    if path_taken is not None and path_taken not in LEARNER_PATHS:
+        raise CheckpointError(
+            f"checkpoint state field agent.learner_path must be null or one of "
+            f"{', '.join(LEARNER_PATHS)}, got: {path_taken!r:.60}"
+        )
     hp_ = trainer.hp
     capacity = trainer.replay.capacity
     size, pos = values["replay.size"], values["replay.pos"]
@@ -596,6 +604,9 @@ def _apply_state(
     agent.optimizer_steps = int(a["optimizer_steps"])
     agent.skipped_steps = int(a["skipped_steps"])
     agent.consecutive_skips = int(a["consecutive_skips"])
+    # How the checkpoint's last update ran: a resume that takes no step before the end still
+    # reports it in summary.json (checkpoints from before it was recorded: None, as before).
+    agent.learner_path = a.get("learner_path")
     agent.rng.bit_generator.state = a["rng"]
     stage[0] = "rng"
     torch.set_rng_state(tensors["rng.torch"])
@@ -675,6 +686,7 @@ def _check_round_trip(
     expected["hyperparameters"] = trainer.hp.to_dict()
     # Health counters newer than the checkpoint start where a fresh run does.
     expected["health"] = {**NEWER_HEALTH_FIELDS, **state["health"]}
+    expected["agent"] = {"learner_path": None, **state["agent"]}
     skip: set[str] = set()
     if state["loop"]["has_obs"] and state["envs"] is None:  # restarted from a fresh reset
         skip = {"loop.ep_return", "loop.ep_length"}  # zeroed: the episodes restart
