@@ -938,6 +938,23 @@ def test_learning_starts_warning_only_when_no_update_can_run(
                 )
         finally:
             trainer.close()
+    # Continued while the replay is still empty (3-step returns over 8 envs fill it at step 24):
+    # the count from there was taken for a filled replay, and the warning went unsaid.
+    hp = _hp(n_envs=8, learning_starts=8, train_freq=8, gradient_steps=1, n_step=3)
+    trainer = DQNTrainer(hp, lambda: _Counter())
+    try:
+        trainer.learn(8)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+            trainer.learn(16)
+        assert trainer.replay.size == 0 and trainer.agent.optimizer_steps == 0
+        assert "no optimizer step will run" in caplog.text
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="foxhunt.trainer"):
+            trainer.learn(24)  # the first transitions arrive, and an update runs
+        assert trainer.agent.optimizer_steps == 1 and "no optimizer step" not in caplog.text
+    finally:
+        trainer.close()
 
 
 def test_a_continued_run_that_trains_no_further_is_not_called_untrained(

@@ -180,18 +180,24 @@ def final_env_steps(done: int, total: int, n_envs: int) -> int:
     return done + -(-(total - done) // n_envs) * n_envs
 
 
-def planned_updates(done: int, total: int, hp: DQNHyperparameters) -> int:
+def planned_updates(
+    done: int, total: int, hp: DQNHyperparameters, first_fill: int | None = None
+) -> int:
     """The optimizer steps a run from ``done`` env steps to ``total`` takes, by the loop's rule:
     after each vector step at or past ``learning_starts``, ``gradient_steps`` per ``train_freq``
     boundary crossed since the step before (boundaries crossed before it are not made up), once
     the replay holds a transition. So a run can end past ``learning_starts`` without one update:
     1000 steps, starts 1000, every 256. Exact unless an episode ends within its first ``n_step``
-    steps (its shorter transition then arrives sooner): never more than the loop runs."""
+    steps (its shorter transition then arrives sooner): never more than the loop runs.
+    ``first_fill``: for a run continued at ``done > 0`` with its replay still empty, the env
+    step its first transition arrives at (see ``DQNTrainer``)."""
     reached = final_env_steps(done, total, hp.n_envs)
     n = hp.n_envs
     first = done + max(1, -(-(hp.learning_starts - done) // n)) * n  # first vector step to train
     if done == 0:  # and the replay's first transition: each env holds its first n - 1 steps
         first = max(first, n * hp.n_step)  # back (fewer if an episode ends sooner: a floor)
+    elif first_fill is not None:  # continued with the replay still empty: the same floor
+        first = max(first, first_fill)
     if first > reached:
         return 0
     return (reached // hp.train_freq - (first - n) // hp.train_freq) * hp.gradient_steps
@@ -814,7 +820,7 @@ class DQNTrainer:
                 total_env_steps,
                 self.env_steps,
             )
-        elif planned_updates(self.env_steps, total_env_steps, hp) == 0:
+        elif planned_updates(self.env_steps, total_env_steps, hp, self._first_fill()) == 0:
             done = self.agent.optimizer_steps  # a resumed run keeps what it learned
             log.warning(
                 "%s: the %d env steps this run reaches end before a train_freq boundary (every "
@@ -849,6 +855,14 @@ class DQNTrainer:
         summary = self.summary(elapsed, self.env_steps - steps_start, updates_start)
         self._save_once()
         return summary
+
+    def _first_fill(self) -> int | None:
+        """The env step an empty replay gets its first n-step transition at (no episode ending
+        sooner), or None when it holds one already."""
+        if self.replay.size:
+            return None
+        held = max((len(q) for q in self.nstep.queues), default=0)
+        return self.env_steps + self.hp.n_envs * (self.hp.n_step - held)
 
     def _save_once(self, *, off_schedule: bool = False) -> Path | None:
         """``_checked_save``, unless a periodic checkpoint at this very step (checkpoint_interval
