@@ -288,6 +288,9 @@ TINY = {
 }
 
 
+MEMBERS = ("member-0", "member-1")
+
+
 @pytest.fixture(scope="module")
 def trading_ensemble(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("ens")
@@ -318,12 +321,32 @@ def test_train_ensemble_writes_members_and_a_manifest(trading_ensemble):
         member_cfg = yaml.safe_load((run / f"member-{i}" / "config.yaml").read_text())
         assert member_cfg["hyperparameters"]["seed"] == seeds[i]
         assert (run / f"member-{i}" / "model.safetensors").is_file()
+        # One regime model for every member: the one ensemble evaluate builds for all of them.
+        assert member_cfg["market"]["detector_seed"] == 11
+    detectors = [json.loads((run / m / "data.json").read_text())["detector"] for m in MEMBERS]
+    assert detectors[0] == detectors[1] == json.loads((run / "data.json").read_text())["detector"]
     # Seeds far apart: seed + i shared environment streams (sub-env j is seeded seed + j), so
     # adjacent members stepped 3 of their 4 envs through the same episodes.
     drawn = [member_seed(11, i) for i in range(1, 50)]
     assert len(set(drawn)) == 49 and all(abs(d - 11) > 4096 for d in drawn)
     assert member_seed(11, 1) == member_seed(11, 1) != member_seed(12, 1)
     assert not list(run.glob(".*.tmp"))
+
+
+def test_members_read_the_ensembles_regime_model() -> None:
+    """Each trading member fitted its own HMM from its own seed and was then judged on member
+    0's: members keep the ensemble's detector seed (as hyperopt's trials keep the search's)."""
+    from foxhunt.ensemble import member_seed, member_spec
+
+    spec = build_spec(overrides={"seed": 5})
+    members = [member_spec(spec, member_seed(5, i)) for i in range(3)]
+    assert [m.hyperparameters.seed for m in members] == [member_seed(5, i) for i in range(3)]
+    assert {m.market.detector_seed for m in members} == {5}
+    assert {m.market.model_copy(update={"detector_seed": None}) for m in members} == {spec.market}
+    chosen = build_spec(overrides={"seed": 5, "market.detector_seed": 9})
+    assert member_spec(chosen, 123).market.detector_seed == 9  # a seed the user chose stays
+    gym = build_spec(env="CartPole-v1", overrides={"seed": 5})
+    assert member_spec(gym, 123).market == gym.market  # no market to read
 
 
 def test_from_run_dirs_round_trip(trading_ensemble):

@@ -394,6 +394,18 @@ def train_ensemble(
         return _train_ensemble(spec, Path(run_dir), n_members, progress, before_write)
 
 
+def member_spec(spec: RunSpec, seed: int) -> RunSpec:
+    """A member's spec: the ensemble's with the member's seed. A trading member's regime
+    detector keeps the ensemble's seed (``market.detector_seed``), as hyperopt's trials do: the
+    members then read one regime model, the one ``ensemble evaluate`` builds for all of them,
+    where each used to fit its own HMM from its own seed and be judged on member 0's."""
+    update: dict[str, Any] = {"hyperparameters": spec.hyperparameters.replace(seed=seed)}
+    if spec.is_trading and spec.market.detector_seed is None:
+        detector_seed = spec.hyperparameters.seed
+        update["market"] = spec.market.model_copy(update={"detector_seed": detector_seed})
+    return spec.model_copy(update=update)
+
+
 def member_seed(seed: int, i: int) -> int:
     """Member ``i``'s seed: the ensemble's own for member 0, then independent seeds drawn from
     it (NumPy SeedSequence of (seed, i), as hyperopt's trials). ``seed + i`` gave adjacent members
@@ -419,7 +431,7 @@ def _train_ensemble(
     hp = spec.hyperparameters
     seeds = [member_seed(hp.seed, i) for i in range(n_members)]
     # Build every member spec first: a bad input fails before anything is trained or written.
-    specs = [spec.model_copy(update={"hyperparameters": hp.replace(seed=s)}) for s in seeds]
+    specs = [member_spec(spec, s) for s in seeds]
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
     if not spec.is_trading:  # the env id and env_kwargs too (cheap to check, unlike a market)
         from foxhunt.runs import make_envs
@@ -435,10 +447,10 @@ def _train_ensemble(
         plan = {"members": n_members, "seeds": seeds}
         atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan) + "\n")
 
-    for i, (member_spec, path) in enumerate(zip(specs, paths, strict=True)):
+    for i, (one_spec, path) in enumerate(zip(specs, paths, strict=True)):
         # before_write runs on the main process only (data-parallel workers write nothing).
         run_training(
-            member_spec, path, progress=progress, before_write=write_plan if i == 0 else None
+            one_spec, path, progress=progress, before_write=write_plan if i == 0 else None
         )
     return _finish_ensemble(spec, run_dir, paths, seeds)
 
@@ -556,8 +568,7 @@ def _resume_ensemble(run_dir: str | Path, progress: bool) -> list[Path]:
         if path.exists():
             assert_not_in_use(path)  # a member still training (its ensemble runs) is refused
             shutil.rmtree(path)  # started, but stopped before its first checkpoint
-        run_training(base.model_copy(update={"hyperparameters": hp.replace(seed=seed)}), path,
-                     progress=progress)  # fmt: skip
+        run_training(member_spec(base, seed), path, progress=progress)
     return _finish_ensemble(base, run_dir, paths, seeds)
 
 
