@@ -440,6 +440,58 @@ def test_non_numeric_value(tmp_path):
     assert_one_line(err, "bars.csv", "'close'", "row 1", "'1,23.4'", "non-numeric")
 
 
+def test_a_volume_suffix_on_a_price_is_refused_not_a_scale(tmp_path):
+    """K/M/B scale investing.com's volumes; on a price ("101.2K" among 101.20s, or a typo's "b"
+    in a German file) it multiplied the price by a thousand to a billion, and passed every
+    OHLC check when it was the high."""
+    for row, value in (
+        ("2020-01-01,10,11.2K,9,10.5,100", "'11.2K'"),
+        ("2020-01-01,10,11,9,10.5b,100", "'10.5b'"),
+    ):
+        with pytest.raises(DataError) as err:
+            load_ohlcv(write(tmp_path, rows_with(0, row)))
+        assert_one_line(err, "bars.csv", "row 1", value, "non-numeric")
+    german = "Datum;Eröffnung;Hoch;Tief;Schluss;Volumen\n02.01.2024;10,5;11,0;9,0;10,0;1,5K\n"
+    more = "".join(f"0{d}.01.2024;10,5;11,0;9,0;10,0;2K\n" for d in range(3, 10))
+    df = load_ohlcv(write(tmp_path, german + more))  # still a volume's suffix
+    assert df["volume"].iloc[0] == 1500.0 and df["high"].iloc[0] == 11.0
+
+
+def test_a_quoted_decimal_comma_beside_decimal_points_is_refused(tmp_path):
+    """A comma-delimited file whose prices use points: a quoted "1,0057" volume was read with a
+    decimal comma (1.0057); its prices were parsed as numbers already, so their points were
+    never counted as the file's decimal mark."""
+    text = HEADER + "\n".join(
+        f'2020-01-{d:02d},100.10,101.20,99.50,100.60,"1,00{d:02d}"' for d in range(1, 9)
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text + "\n"))
+    assert_one_line(err, "bars.csv", "both decimal marks", "'open'")
+    grouped = HEADER + "\n".join(
+        f'2020-01-{d:02d},100.10,101.20,99.50,100.60,"1,005,70{d}"' for d in range(1, 9)
+    )
+    assert load_ohlcv(write(tmp_path, grouped + "\n"))["volume"].iloc[0] == 1005701.0
+
+
+def test_utc_marked_rows_beside_plain_rows_are_said(tmp_path, caplog):
+    text = HEADER + "\n".join(
+        f"2020-01-02 1{h}:30:00{'Z' if h == 7 else ''},10,11,9,10.5,100" for h in range(0, 8)
+    )
+    with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+        df = load_ohlcv(write(tmp_path, text + "\n"))
+    assert df.index[-1] == pd.Timestamp("2020-01-02 17:30")
+    assert "row 8: '2020-01-02 17:30:00Z' has a UTC mark" in caplog.text
+    assert "the rows without one are read as UTC" in caplog.text
+
+
+def test_a_timestamp_out_of_range_names_its_row(tmp_path):
+    rows = [f"2021-03-{d:02d},10,11,9,10.5,100" for d in range(1, 9)]
+    rows[5] = "2321-03-06,10,11,9,10.5,100"  # a typo for 2021
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, HEADER + "\n".join(rows) + "\n"))
+    assert_one_line(err, "bars.csv", "row 6", "'2321-03-06'", "outside the supported range")
+
+
 def test_non_positive_price(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, rows_with(1, "2020-01-02,0,11.5,10,11,200")))

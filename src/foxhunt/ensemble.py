@@ -449,9 +449,7 @@ def _train_ensemble(
 
     for i, (one_spec, path) in enumerate(zip(specs, paths, strict=True)):
         # before_write runs on the main process only (data-parallel workers write nothing).
-        run_training(
-            one_spec, path, progress=progress, before_write=write_plan if i == 0 else None
-        )
+        run_training(one_spec, path, progress=progress, before_write=write_plan if i == 0 else None)
     return _finish_ensemble(spec, run_dir, paths, seeds)
 
 

@@ -1553,9 +1553,12 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
     try:
         parsed = parsed.as_unit("ns")
     except (OverflowError, ValueError, pd.errors.OutOfBoundsDatetime):
+        years = np.asarray(parsed.year)
+        outside = (years < 1678) | (years > 2261)
+        pos = int(np.argmax(outside)) if outside.any() else 0
         raise DataError(
-            f"{label}: column {column!r}: timestamps outside the supported range "
-            f"(1677-2262), first value {_fmt(raw.iloc[0])}"
+            f"{label}: column {column!r} row {pos + 1}: timestamp {_fmt(raw.iloc[pos])} is "
+            "outside the supported range (1677-2262)"
         ) from None
     nat = np.asarray(pd.isna(parsed))
     if nat.any():
@@ -1878,6 +1881,19 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                     f"offset and row 1 ({_fmt(original.iloc[0])}) "
                     f"{'does not' if offset[pos] else 'has one'}; write every row one way"
                 )
+            if offset.any() and not offset.all():
+                pos = int(np.argmax(offset != offset[0]))
+                log.warning(
+                    "%s: column %r row %d: %s %s a UTC mark (Z, +00:00) and row 1 (%s) %s; "
+                    "the rows without one are read as UTC",
+                    label,
+                    column,
+                    pos + 1,
+                    _fmt(original.iloc[pos]),
+                    "has" if offset[pos] else "lacks",
+                    _fmt(original.iloc[0]),
+                    "does not" if offset[pos] else "has one",
+                )
             try:
                 result = pd.to_datetime(text, utc=True, format="ISO8601")
                 return pd.DatetimeIndex(result).tz_localize(None)
@@ -2065,7 +2081,7 @@ def _decimal_comma(
     return bool(comma.any())
 
 
-def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
+def _localised_numbers(raw: pd.Series, decimal_comma: bool, suffixes: bool = True) -> np.ndarray:
     """Numbers written for people: thousands separators (1,234.5 / 1.234,5 / 1 234,5 / 1'234.5)
     and K/M/B suffixes (investing.com volumes), with the file's decimal mark (see
     :func:`_decimal_comma`); anything still unreadable becomes NaN for the caller to report."""
@@ -2077,10 +2093,13 @@ def _localised_numbers(raw: pd.Series, decimal_comma: bool) -> np.ndarray:
     group, mark = (".", ",") if decimal_comma else (",", ".")
     # Indian digit grouping (12,34,567.50) writes lakhs and crores in pairs.
     indian = r"|\d{1,2}(,\d{2})*,\d{3}" if group == "," else ""
-    grouped = rf"[+-]?(\d{{1,3}}(\{group}\d{{3}})+|\d+{indian})(\{mark}\d*)?[kKmMbB]?"
+    tail = "[kKmMbB]?" if suffixes else ""
+    grouped = rf"[+-]?(\d{{1,3}}(\{group}\d{{3}})+|\d+{indian})(\{mark}\d*)?{tail}"
     ok = text.str.fullmatch(grouped)
     text = text.where(~ok, text.str.replace(group, "", regex=False).str.replace(mark, "."))
     suffix = text.str[-1:].str.lower()
+    if not suffixes:  # a K/M/B on a price is a typo, never a scale (101.2K is no price)
+        suffix = suffix.where(~suffix.isin(list(_SUFFIX_SCALE)), "")
     scale = suffix.map(_SUFFIX_SCALE).fillna(1.0).to_numpy(dtype=np.float64)
     body = text.where(~suffix.isin(list(_SUFFIX_SCALE)), text.str[:-1])
     body = body.where(body.str.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"), None)
@@ -2101,6 +2120,7 @@ def _to_float(
     column: str,
     where: Callable[[int], str],
     decimal_comma: bool = False,
+    suffixes: bool = True,
 ) -> np.ndarray:
     if pd.api.types.is_bool_dtype(raw.dtype):
         raise DataError(f"{label}: column {column!r} {where(0)}: non-numeric value {_fmt(True)}")
@@ -2108,11 +2128,11 @@ def _to_float(
         return raw.to_numpy(dtype=np.float64, na_value=np.nan)
     present = ~raw.isna().to_numpy()
     if decimal_comma:  # "12.345" is twelve thousand here: never let pandas read it first
-        coerced = _localised_numbers(raw, decimal_comma)
+        coerced = _localised_numbers(raw, decimal_comma, suffixes)
     else:
         coerced = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         if (np.isnan(coerced) & present).any():
-            coerced = _localised_numbers(raw, decimal_comma)
+            coerced = _localised_numbers(raw, decimal_comma, suffixes)
     bad = np.isnan(coerced) & present
     for pos in np.flatnonzero(bad):
         value = raw.iloc[pos]
@@ -2210,12 +2230,23 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
     if frame.attrs.get("delimiter", ",") == ",":
         # A comma-delimited file can only carry decimal commas inside quotes ("16.769,36", as
         # localised investing.com exports do): read the mark from the columns held as text.
+        point = [
+            c
+            for c in cols
+            if pd.api.types.is_float_dtype(frame[c].dtype)
+            and bool((frame[c].dropna() % 1 != 0).any())
+        ]
         cols = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c].dtype)]
     # Headers in a language that writes decimal commas (Eröffnung, Clôture, ...) settle a file
     # whose numbers show no decimal mark of their own (16.750 is then sixteen thousand).
     localised = any(_norm(found[c]) in _DECIMAL_COMMA_HEADERS for c in _PRICE_COLUMNS)
     delimiter = frame.attrs.get("delimiter", ",")
     decimal_comma = _decimal_comma(frame[cols], label, localised, delimiter) if cols else False
+    if decimal_comma and delimiter == "," and point:
+        raise DataError(
+            f"{label}: numbers use both decimal marks: column {str(point[0])!r} writes a decimal "
+            "point and a quoted value elsewhere a decimal comma; write one convention"
+        )
     back = np.diff(timestamps.asi8)
     reversed_rows = n > 1 and bool(np.all(back <= 0)) and bool(np.any(back < 0))
     if reversed_rows:
@@ -2260,7 +2291,7 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
                 "%s: column %r holds no volumes (only '-' or empty); volume set to 0", label, col
             )
             continue
-        arr = _to_float(raw, label, str(col), where, decimal_comma)
+        arr = _to_float(raw, label, str(col), where, decimal_comma, suffixes=canon == "volume")
         nonfinite = ~np.isfinite(arr)
         if nonfinite.any():
             pos = int(np.argmax(nonfinite))
