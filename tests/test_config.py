@@ -586,6 +586,11 @@ def test_a_recorded_run_with_settings_new_runs_refuse_still_loads(tmp_path):
         # A 5 000-layer network trained (and hung); a million-episode evaluation never ended.
         ({"hidden_sizes": [4] * 65}, "hidden_sizes must name at most 64 layers, got: 65"),
         ({"eval_episodes": 2_000_000}, "eval_episodes must be at most 1000000, got: 2000000"),
+        # Sizes torch cannot unpack into a C long, a sigma past float32: TypeError/RuntimeError
+        # tracebacks while the network was built.
+        ({"hidden_sizes": [64, 10**30]}, "hidden_sizes must be below 2**31, got: 10000000000"),
+        ({"distributional": "qr", "n_atoms": 10**30}, "n_atoms must be below 2**31, got: 1000"),
+        ({"noisy_nets": True, "noisy_sigma0": 1e308}, "noisy_sigma0 must fit in float32"),
         # The C51 support is float32: an edge past its range crashed building the network, a
         # width past it gave inf/nan atoms, atoms closer than its spacing a wrong projection.
         ({"v_min": -1e300}, "v_min must lie within float32's range (+-3.403e+38)"),
@@ -606,6 +611,34 @@ def test_new_runs_refuse_what_recorded_runs_still_load(
         build_spec(env="CartPole-v1", overrides=dict(hp))
     recorded = RunSpec(env="CartPole-v1", hyperparameters=DQNHyperparameters(**hp))
     assert RunSpec.model_validate(recorded.model_dump(mode="json")) == recorded
+
+
+def test_fuzzed_settings_are_one_line_refusals(tmp_path: Path) -> None:
+    """Keys and values a settings fuzzer found crashing (exit 1, a traceback), accepted, or
+    named wrongly."""
+    from foxhunt.runs import build_spec
+
+    def refused(needle: str, **kwargs: Any) -> None:
+        with pytest.raises(ConfigError) as info:
+            build_spec(**kwargs)
+        message = str(info.value)
+        assert needle in message and "\n" not in message and len(message) < 400, message
+
+    def config(text: str) -> str:
+        path = tmp_path / "run.yaml"
+        path.write_text(text)
+        return str(path)
+
+    refused("unknown key 1", config_file=config("1: 2\n"))  # difflib: 'int' not iterable
+    refused("unknown setting 'trading.1'", config_file=config("trading:\n  1: 2\n"))  # KeyError
+    refused("seed must be", config_file=config(f"seed: {'9' * 5000}\n"))  # 4300-digit limit
+    refused("total_env_steps must be a positive integer, got: None",
+            overrides={"total_env_steps": None})  # fmt: skip  # trained the default 60 000
+    for key in ("market.", "trading.", "env_kwargs."):  # 'market.hyperparameters', '(model)'
+        refused(f"--set {key}: give the setting's name after the dot", overrides={key: 1})
+    refused("market.data must be a file path, got an empty string",
+            config_file=config("market:\n  data: ''\n"))  # fmt: skip  # "unknown suffix"
+    refused("device must be one of", overrides={"device": "x" * 3000})  # echoed whole
 
 
 def test_a_c51_support_past_float32_is_refused_when_the_network_is_built() -> None:

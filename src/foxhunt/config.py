@@ -64,7 +64,11 @@ class _YamlLoader(yaml.SafeLoader):
     """
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        return int(str(self.construct_scalar(node)).replace("_", ""))
+        text = str(self.construct_scalar(node)).replace("_", "")
+        try:
+            return int(text)
+        except ValueError:  # past Python's 4300-digit limit: text, which the field refuses by name
+            return text
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -435,7 +439,7 @@ class DQNHyperparameters(BaseModel):
             raise ValueError(f"v_min must be less than v_max ({self.v_max}), got: {self.v_min}")
         if not _DEVICE_RE.match(self.device):
             raise ValueError(
-                f"device must be one of auto, cpu, cuda, cuda:N, mps, got: {self.device!r}"
+                f"device must be one of auto, cpu, cuda, cuda:N, mps, got: {shown(self.device)}"
             )
         if not self.hidden_sizes:
             raise ValueError("hidden_sizes must name at least one layer, got: ()")
@@ -450,7 +454,8 @@ class DQNHyperparameters(BaseModel):
         """Checks for a new run's settings only: a run directory recorded before them must
         still resume and evaluate (``foxhunt.runs.build_spec`` calls this, ``load_spec`` not).
 
-        A network deeper than 64 layers is a typo that hangs; more evaluation episodes than
+        A network deeper than 64 layers is a typo that hangs; layers or atoms past 2**31 and a
+        noise scale past float32 cannot be built; more evaluation episodes than
         ``foxhunt evaluate --episodes`` takes never end; the C51 support lives in float32, so
         its edges and width must fit there and its atoms must differ.
         """
@@ -458,6 +463,15 @@ class DQNHyperparameters(BaseModel):
             raise ConfigError(
                 f"hidden_sizes must name at most 64 layers, got: {len(self.hidden_sizes)} "
                 f"({shown(list(self.hidden_sizes))})"
+            )
+        for name, sizes in (("hidden_sizes", self.hidden_sizes), ("n_atoms", (self.n_atoms,))):
+            too_big = [n for n in sizes if n >= 2**31]
+            if too_big:  # torch refused 10**30 with a TypeError traceback
+                raise ConfigError(f"{name} must be below 2**31, got: {shown(too_big[0])}")
+        if self.noisy_nets and self.noisy_sigma0 > float(np.finfo(np.float32).max):
+            raise ConfigError(
+                f"noisy_sigma0 must fit in float32 (the noisy layers' sigma), got: "
+                f"{self.noisy_sigma0!r}"
             )
         if self.eval_episodes > 1_000_000:
             raise ConfigError(f"eval_episodes must be at most 1000000, got: {self.eval_episodes}")

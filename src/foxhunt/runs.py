@@ -39,6 +39,7 @@ from foxhunt.config import (
     did_you_mean,
     dump_yaml,
     load_config_dict,
+    shown,
 )
 from foxhunt.envs.trading import TradingEnvConfig
 from foxhunt.errors import ConfigError, DataError, FoxhuntError
@@ -188,7 +189,7 @@ def _split_sections(raw: dict[str, Any], config_file: str) -> tuple[dict[str, An
                 )
             file_hp[key] = value
         else:
-            close = did_you_mean(key, [*_SECTIONS, *hp_names])
+            close = did_you_mean(str(key), [*_SECTIONS, *hp_names])
             hint = close if close.startswith("; did you mean") else ""
             raise ConfigError(
                 f"{config_file}: unknown key {key!r} (sections: {', '.join(sorted(_SECTIONS))}; "
@@ -313,6 +314,11 @@ def build_spec(
             raise ConfigError(
                 f"{flag} {value!r} and --set {key}={overrides[key]!r} disagree; give one"
             )
+    if overrides.get("total_env_steps", 0) is None:  # null would silently mean the default
+        raise ConfigError("total_env_steps must be a positive integer, got: None")
+    for k in overrides:  # 'market.=1': an empty name after the section
+        if "." in k and not k.split(".", 1)[1].strip():
+            raise ConfigError(f"--set {k}: give the setting's name after the dot ({k}NAME=VALUE)")
     if total_steps is None and "total_env_steps" in overrides:
         total_steps = overrides["total_env_steps"]
     overrides.pop("total_env_steps", None)
@@ -324,6 +330,10 @@ def build_spec(
         file_hp, file_run = _split_sections(raw, config_file)
         if "market" in file_run:
             data_in_file = (file_run.get("market") or {}).get("data")
+            if isinstance(data_in_file, str) and not data_in_file.strip():
+                raise ConfigError(
+                    f"{config_file}: market.data must be a file path, got an empty string"
+                )
             if isinstance(data_in_file, str) and not Path(data_in_file).is_absolute():
                 # Relative to the config file, so the run does not depend on the working dir.
                 resolved = _absolute(Path(config_file).parent / data_in_file)
@@ -439,12 +449,12 @@ def _check_section_keys(file_run: dict[str, Any], config_file: str | Path) -> No
         body = file_run.get(section)
         if not isinstance(body, dict):
             continue
-        unknown = sorted(str(k) for k in body if k not in model.model_fields)
+        unknown = sorted((k for k in body if k not in model.model_fields), key=str)
         if unknown:
-            hint = did_you_mean(unknown[0], model.model_fields)
+            hint = did_you_mean(str(unknown[0]), model.model_fields)
             raise ConfigError(
                 f"{config_file}: unknown setting '{section}.{unknown[0]}' (value "
-                f"{body[unknown[0]]!r}){hint}"
+                f"{shown(body[unknown[0]])}){hint}"
             )
 
 
