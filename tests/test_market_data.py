@@ -473,6 +473,28 @@ def test_a_quoted_decimal_comma_beside_decimal_points_is_refused(tmp_path):
     assert load_ohlcv(write(tmp_path, grouped + "\n"))["volume"].iloc[0] == 1005701.0
 
 
+def test_prices_written_with_points_outrank_localised_headers(tmp_path):
+    """French headers, prices with points, quoted "1,234" volumes: the headers had settled a
+    decimal comma (volumes read as 1.234), then the two-marks check refused the file."""
+    text = "Date,Ouverture,Plus Haut,Plus Bas,Clôture,Volume\n" + "".join(
+        f'2020-01-{d:02d},100.{d:02d},101.{d:02d},99.{d:02d},100.5,"1,2{d:02d}"\n'
+        for d in range(1, 9)
+    )
+    df = load_ohlcv(write(tmp_path, text))
+    assert df["volume"].iloc[0] == 1201.0 and df["open"].iloc[0] == 100.01
+
+
+def test_an_unquoted_thousands_dot_in_a_decimal_comma_file_is_refused(tmp_path):
+    """A comma-delimited German file: quoted decimal-comma prices, unquoted volumes 1.234 (a
+    thousands dot, which the CSV reader took for a decimal point): loaded as 1.234."""
+    text = "Datum,Eröffnung,Hoch,Tief,Schluss,Volumen\n" + "".join(
+        f'0{d}.01.2020,"100,00","101,00","99,00","100,50",1.2{d}4\n' for d in range(1, 9)
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, text))
+    assert_one_line(err, "bars.csv", "'Volumen'", "row 1", "unquoted 1.214", "thousands dot")
+
+
 def test_utc_marked_rows_beside_plain_rows_are_said(tmp_path, caplog):
     text = HEADER + "\n".join(
         f"2020-01-02 1{h}:30:00{'Z' if h == 7 else ''},10,11,9,10.5,100" for h in range(0, 8)

@@ -2039,8 +2039,24 @@ _COMMA_DECIMAL = r"\d,(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d\.\d{3},\d|^[+-]?(?:[$€£
 _DOT_DECIMAL = r"\d\.(?:\d{1,2}|\d{4,})[kKmMbB]?$|\d,\d{3}\.\d|^[+-]?(?:[$€£¥]\s*)?(?:\d{4,}|0)\.\d"
 
 
+def _writes_decimal_points(values: pd.Series) -> bool:
+    """Whether numbers already read with a decimal point show it: a fraction of one or two
+    decimals, or of more than three (100.37, 1.08512). Three decimals (1.234) could be a
+    thousands dot misread, so they are no evidence."""
+    x = values.dropna().to_numpy(dtype=np.float64)
+    x = x[np.isfinite(x)]
+    hundredths, thousandths = x * 100, x * 1000
+    short = np.isclose(hundredths, np.round(hundredths), rtol=0, atol=1e-6) & (x % 1 != 0)
+    long = ~np.isclose(thousandths, np.round(thousandths), rtol=0, atol=1e-6)
+    return bool((short | long).any())
+
+
 def _decimal_comma(
-    values: pd.DataFrame, label: str, localised: bool = False, delimiter: str = ","
+    values: pd.DataFrame,
+    label: str,
+    localised: bool = False,
+    delimiter: str = ",",
+    point: str | None = None,
 ) -> bool:
     """Whether a file writes decimals with a comma, from the evidence in its numbers; a file
     showing both conventions is refused. One showing neither (only three-digit groups, e.g.
@@ -2062,9 +2078,11 @@ def _decimal_comma(
             return bool(dot_groups)  # 1.234.567: the dot groups thousands
         grouped = text[text.str.contains(r"\d[.,]\d{3}\b", regex=True)]
         if not len(grouped):
-            return localised
+            return localised and point is None
         commas = grouped.str.contains(",", regex=False)
-        if localised:
+        if point is not None:  # parsed numbers with a fraction: the file's mark is a point
+            why, result = f"column {point!r} writes decimal points", False
+        elif localised:
             why, result = "localised headers", True
         elif delimiter == ";" and commas.all():
             why, result = "a ';'-delimited file", True
@@ -2227,24 +2245,32 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
     if n < min_rows:
         raise DataError(f"{label}: too few rows: {n} data row(s), min_rows={min_rows}")
     cols = [found[c] for c in OHLCV_COLUMNS if c in found]
+    read_as_numbers = [c for c in cols if pd.api.types.is_float_dtype(frame[c].dtype)]
+    point: list[str] = []  # price columns read as numbers whose fractions show a decimal point
     if frame.attrs.get("delimiter", ",") == ",":
         # A comma-delimited file can only carry decimal commas inside quotes ("16.769,36", as
-        # localised investing.com exports do): read the mark from the columns held as text.
+        # localised investing.com exports do): read the mark from the columns held as text,
+        # and from prices already read as numbers with a point (100.37: never a thousands dot).
+        prices = {found[c] for c in _PRICE_COLUMNS if c in found}
         point = [
-            c
+            str(c)
             for c in cols
-            if pd.api.types.is_float_dtype(frame[c].dtype)
-            and bool((frame[c].dropna() % 1 != 0).any())
+            if c in prices
+            and pd.api.types.is_float_dtype(frame[c].dtype)
+            and _writes_decimal_points(frame[c])
         ]
         cols = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c].dtype)]
     # Headers in a language that writes decimal commas (Eröffnung, Clôture, ...) settle a file
     # whose numbers show no decimal mark of their own (16.750 is then sixteen thousand).
     localised = any(_norm(found[c]) in _DECIMAL_COMMA_HEADERS for c in _PRICE_COLUMNS)
     delimiter = frame.attrs.get("delimiter", ",")
-    decimal_comma = _decimal_comma(frame[cols], label, localised, delimiter) if cols else False
-    if decimal_comma and delimiter == "," and point:
+    first_point = point[0] if point else None
+    decimal_comma = (
+        _decimal_comma(frame[cols], label, localised, delimiter, first_point) if cols else False
+    )
+    if decimal_comma and point:
         raise DataError(
-            f"{label}: numbers use both decimal marks: column {str(point[0])!r} writes a decimal "
+            f"{label}: numbers use both decimal marks: column {point[0]!r} writes a decimal "
             "point and a quoted value elsewhere a decimal comma; write one convention"
         )
     back = np.diff(timestamps.asi8)
@@ -2263,6 +2289,20 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
 
     def where(pos: int) -> str:
         return f"row {file_row(pos)} ({_stamp(timestamps[pos])})"
+
+    if decimal_comma and delimiter == ",":
+        # Unquoted, a number in a comma-delimited file cannot hold a decimal comma: a dot in
+        # it (1.234) is a thousands separator, which reading it as a number took for a point.
+        for c in read_as_numbers:
+            arr = frame[c].to_numpy(dtype=np.float64)
+            dotted = np.isfinite(arr) & (arr % 1 != 0)
+            if dotted.any():
+                pos = int(np.argmax(dotted))
+                raise DataError(
+                    f"{label}: column {str(c)!r} {where(pos)}: unquoted {_fmt(arr[pos])} in a "
+                    "file whose decimal mark is a comma (its quoted numbers): a thousands "
+                    "dot? quote it, or write it without separators"
+                )
 
     # Epoch times past next year are refused (no unit reads them as a bar's time); a written
     # date past today parses, and a typo'd year (2099 for 2024) would pass unseen.
