@@ -823,3 +823,57 @@ def test_an_interrupt_at_a_checkpoints_step_does_not_save_it_again(
         assert "interrupted at env step 300: its checkpoint was just written" in caplog.text
     finally:
         trainer.close()
+
+
+@pytest.mark.parametrize(
+    ("signals", "repeat_s", "stops_with_a_checkpoint"),
+    [
+        # kill of a torchrun job's pids: each worker gets SIGTERM from kill and again from
+        # torchrun a millisecond later; the second was taken for "stop at once, no checkpoint".
+        (("SIGTERM", "SIGTERM"), 1.0, True),
+        (("SIGTERM", "SIGTERM"), 0.0, False),  # a second SIGTERM later: a second ask
+        (("SIGINT", "SIGINT"), 1.0, False),  # a double Ctrl-C still forces the stop
+        (("SIGTERM", "SIGINT"), 1.0, False),
+    ],
+)
+def test_one_sigterm_delivered_twice_is_one_stop_request(
+    monkeypatch: pytest.MonkeyPatch,
+    signals: tuple[str, str],
+    repeat_s: float,
+    stops_with_a_checkpoint: bool,
+) -> None:
+    import os
+    import signal
+
+    from foxhunt.config import DQNHyperparameters
+    from foxhunt.errors import TrainingInterrupted
+    from foxhunt.trainer import DQNTrainer
+
+    monkeypatch.setattr(DQNTrainer, "_REPEAT_S", repeat_s)
+    hp = DQNHyperparameters(
+        hidden_sizes=(8,), learning_starts=100, eval_interval=0, log_interval=100
+    )
+    trainer = DQNTrainer(hp, "CartPole-v1")
+    saves: list[int] = []
+
+    class Recorder:
+        def save(self, t: DQNTrainer) -> Path:
+            saves.append(t.env_steps)
+            return Path(f"step-{t.env_steps}")
+
+    def signal_at_300(row: dict) -> None:
+        if row["env_steps"] == 300:
+            for name in signals:
+                os.kill(os.getpid(), getattr(signal, name))
+
+    trainer._checkpointer = Recorder()
+    try:
+        with pytest.raises(KeyboardInterrupt) as err:
+            trainer.learn(600, callback=signal_at_300)
+        if stops_with_a_checkpoint:
+            assert isinstance(err.value, TrainingInterrupted) and saves == [300]
+            assert err.value.checkpoint == Path("step-300")
+        else:
+            assert not isinstance(err.value, TrainingInterrupted) and saves == []
+    finally:
+        trainer.close()

@@ -851,6 +851,7 @@ def test_a_lost_data_parallel_peer_is_one_line_naming_the_resume(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "a data-parallel peer stopped" in err
     assert f"foxhunt resume '{run}'" in err
+    assert "why is in that rank's own output" in err  # rank 0 writes the run, not the cause
     monkeypatch.setenv("WORLD_SIZE", "1")  # outside torchrun the error is a bug: shown whole
     with pytest.raises(RuntimeError, match="Connection reset by peer"):
         cli.main(["train", "--run-dir", str(run)])

@@ -80,7 +80,7 @@ class _Alternatives(gym.Env):
     observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
     action_space = gym.spaces.Discrete(3)
 
-    def __init__(self, bad: float) -> None:
+    def __init__(self, bad: float | str) -> None:
         self.bad, self.t = bad, 0
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[np.ndarray, dict]:
@@ -94,12 +94,16 @@ class _Alternatives(gym.Env):
 
     def counterfactual_transitions(self, obs, action, next_obs, terminated, info):  # type: ignore[no-untyped-def]
         others = np.array([a for a in range(3) if a != action])
-        rewards = np.full(len(others), self.bad if self.t >= 3 else 0.01)
-        return others, rewards, np.repeat(next_obs[None], len(others), 0), np.zeros(2, bool)
+        bad_obs = isinstance(self.bad, str)  # "inf": the alternatives' observation is bad
+        rewards = np.full(len(others), self.bad if self.t >= 3 and not bad_obs else 0.01)
+        seen = np.repeat(next_obs[None], len(others), 0)
+        if bad_obs and self.t >= 3:
+            seen[1, 0] = float(self.bad)
+        return others, rewards, seen, np.zeros(2, bool)
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, 1e39])
-def test_counterfactual_outcomes_are_checked_as_real_ones(hp_factory, bad: float) -> None:
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 1e39, "inf"])
+def test_counterfactual_outcomes_are_checked_as_real_ones(hp_factory, bad: float | str) -> None:
     """A non-finite outcome of an action not taken went into replay unchecked (under PER it
     kept the top priority and halted the run much later as 'non-finite gradients')."""
     trainer = _trainer(hp_factory, lambda: _Alternatives(bad), action_augmentation=True)
@@ -112,6 +116,8 @@ def test_counterfactual_outcomes_are_checked_as_real_ones(hp_factory, bad: float
         msg = str(info.value)
         assert "counterfactual outcome (action_augmentation) of action" in msg
         assert "env step 3 (env index 0)" in msg and "\n" not in msg
+        # What is bad is named: a finite reward was blamed for an infinite observation.
+        assert msg.endswith("has a non-finite observation") == (bad == "inf"), msg
         assert len(trainer.replay) == stored  # nothing from the bad step was stored
     finally:
         trainer.close()
@@ -301,6 +307,25 @@ def test_an_interrupts_save_judges_the_network_without_recording_it(
     assert ("q_divergence", 20) in straight and ("q_divergence", 40) in straight
     assert interrupted == [e for e in straight if e[1] <= 33]  # none at 33
     assert "Q divergence" in said and "at env step 33" in said  # judged and said all the same
+
+    # A halt there is recorded, though: the run ends on it, and halted.json lists why.
+    trainer = _trainer(hp_factory, toy_env_cls, checkpoint_interval=20)
+    trainer._checkpointer = _Recorder()
+    real = trainer.collect_step
+
+    def interrupted_step() -> None:
+        real()
+        if trainer.env_steps == 33:
+            trainer._interrupt_requested = signal.SIGINT
+            trainer._network_health = lambda: (False, 0.0)  # type: ignore[method-assign]
+
+    trainer.collect_step = interrupted_step  # type: ignore[method-assign]
+    try:
+        with pytest.raises(TrainingHalted):
+            trainer.learn(50)
+        assert [(e.kind, e.env_steps) for e in trainer.health.events] == [("nonfinite_weights", 33)]
+    finally:
+        trainer.close()
 
 
 def test_checking_the_network_before_each_save_draws_nothing(hp_factory, toy_env_cls) -> None:

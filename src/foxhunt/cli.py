@@ -863,9 +863,9 @@ def _main(args: argparse.Namespace) -> int:
             run = getattr(args, "run_dir", None)
             target = shell_quoted(run) if run else "RUN_DIR"
             print(
-                f"foxhunt: error: a data-parallel peer stopped ({text[:160]}): the run keeps its "
-                f"last checkpoint; continue it with `foxhunt resume {target}` (in one process) "
-                "or a new torchrun job",
+                f"foxhunt: error: a data-parallel peer stopped ({text[:160]}; why is in that "
+                f"rank's own output): the run keeps its last checkpoint; continue it with "
+                f"`foxhunt resume {target}` (in one process) or a new torchrun job",
                 file=sys.stderr,
             )
             return 1

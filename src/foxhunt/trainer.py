@@ -583,12 +583,17 @@ class DQNTrainer:
         try:
             self.health.check_env_step(next_obs, rewards, step)
         except EnvironmentStepError:
-            finite = np.isfinite(rewards) & np.isfinite(next_obs.reshape(len(rewards), -1)).all(1)
+            obs_ok = np.isfinite(next_obs.reshape(len(rewards), -1)).all(1)
+            finite = np.isfinite(rewards) & obs_ok
             k = int(np.argmin(finite)) if not finite.all() else int(np.argmax(np.abs(rewards)))
+            what = (
+                "a non-finite observation"
+                if not obs_ok[k]
+                else f"a non-finite or too large reward: {rewards[k]}"
+            )
             raise EnvironmentStepError(
                 f"environment's counterfactual outcome (action_augmentation) of action "
-                f"{int(c.actions[k])} at env step {step} (env index {env_i}) has a non-finite or "
-                f"too large reward or observation: reward {rewards[k]}"
+                f"{int(c.actions[k])} at env step {step} (env index {env_i}) has {what}"
             ) from None
 
     # --- one optimizer step
@@ -1026,22 +1031,33 @@ class DQNTrainer:
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
 
+    _REPEAT_S = 1.0  # the same stop signal again this soon is one request delivered twice
+
     @contextlib.contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
         """Turn the first Ctrl-C or SIGTERM (kill, docker stop, Slurm) into a request honoured
         at the next loop boundary, so the run stops with a checkpoint to resume.
 
-        A second signal interrupts at once (no checkpoint), for a loop stuck in a slow env.
+        A second signal interrupts at once (no checkpoint), for a loop stuck in a slow env;
+        a SIGTERM again within ``_REPEAT_S`` of the first is that one delivered twice (Slurm's
+        scancel, systemd and ``kill`` of a job's pids signal torchrun's workers directly, and
+        torchrun forwards its own copy a millisecond later), not a second ask.
         """
         self._interrupt_requested = 0  # the signal number asking to stop; 0 while none did
         if threading.current_thread() is not threading.main_thread():
             yield
             return
+        first = [0.0]
 
         def request(signum: int, frame: Any) -> None:
             if self._interrupt_requested:
+                if signum == self._interrupt_requested == signal.SIGTERM and (
+                    time.monotonic() - first[0] < self._REPEAT_S
+                ):
+                    return  # one stop request delivered twice (a double Ctrl-C still forces)
                 raise KeyboardInterrupt
             self._interrupt_requested = signum
+            first[0] = time.monotonic()
 
         stops = (signal.SIGINT, signal.SIGTERM)
         previous = {sig: signal.signal(sig, request) for sig in stops}
@@ -1163,12 +1179,16 @@ class DQNTrainer:
             if off_schedule:
                 monitor = copy.copy(self.health)
                 monitor.events = list(self.health.events)
-            monitor.check_network(
-                finite=finite,
-                q_abs_max=q_abs_max,
-                env_steps=self.env_steps,
-                optimizer_steps=self.agent.optimizer_steps,
-            )
+            try:
+                monitor.check_network(
+                    finite=finite,
+                    q_abs_max=q_abs_max,
+                    env_steps=self.env_steps,
+                    optimizer_steps=self.agent.optimizer_steps,
+                )
+            except TrainingHalted:
+                self.health.events = monitor.events  # a halt: its record (halted.json) says why
+                raise
         path = self.save_checkpoint()
         # on every rank alike (they save in lockstep)
         self._saved_at = (self._save_key(), path)
