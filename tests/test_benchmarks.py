@@ -356,3 +356,19 @@ def test_load_ohlcv_smoke(tmp_path: Path) -> None:
         paired = [a / b for a, b in zip(times["foxhunt"], times["pandas"], strict=True)]
         assert r["ratio_paired_median"] == sorted(paired)[1]
         assert out["ratios"][f"foxhunt_vs_pandas_{r['layout']}"] == r["ratio_paired_median"]
+
+
+def test_trading_sb3_peer_smoke(tmp_path: Path) -> None:
+    """SB3's DQN and foxhunt's agent on one TradingEnv, backtested alike (plumbing only)."""
+    pytest.importorskip("stable_baselines3")
+    out = _run("trading_sb3_peer", tmp_path)
+    (r,) = out["results"]
+    assert r["seed"] == 0 and r["env_steps"] == 600
+    for side in ("sb3", "foxhunt"):
+        figures = r[side]
+        assert all(math.isfinite(v) for v in figures.values()), figures
+        # One market for both: the baselines are the same numbers on both sides.
+        for baseline in ("regime_rule", "buy_and_hold", "regime_oracle"):
+            assert figures[baseline] == r["sb3"][baseline]
+    ratio = out["ratios"]["foxhunt_vs_sb3_wall_time"]
+    assert ratio == r["seconds"]["foxhunt"] / r["seconds"]["sb3"]
