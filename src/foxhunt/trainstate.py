@@ -499,8 +499,8 @@ def _check_state(
             f"the checkpoint holds optimizer state for, got: {values['optimizer.n_state']}"
         )
     needed = _optimizer_state_needs(agent.optimizer)
+    first = next(iter(held.values()), set())
     for idx, keys in sorted(held.items()):
-        first = next(iter(held.values()))
         if not needed <= keys or keys != first:
             raise CheckpointError(
                 f"checkpoint optimizer state of parameter {idx} holds {sorted(keys)}, expected "
