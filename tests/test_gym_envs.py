@@ -14,7 +14,7 @@ import torch
 from foxhunt.config import DQNHyperparameters
 from foxhunt.envs.gym_envs import OneHotObservation, make_gym_env
 from foxhunt.envstate import get_env_state, set_env_state
-from foxhunt.errors import ConfigError
+from foxhunt.errors import CheckpointError, ConfigError
 from foxhunt.trainer import DQNTrainer
 
 
@@ -45,6 +45,35 @@ def test_toy_text_state_round_trips_for_exact_resume() -> None:
         assert np.array_equal(a_out[0], b_out[0]) and a_out[1:4] == b_out[1:4]
         if a_out[2] or a_out[3]:
             assert np.array_equal(env.reset()[0], copy.reset()[0])
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Taxi-v4"])
+def test_classic_control_state_round_trips_mid_episode(env_id: str) -> None:
+    """Acrobot keeps its state float32 after reset and float64 after a step, MountainCar an
+    array after reset and a tuple after a step: a mid-episode checkpoint of either was refused
+    on resume (exit 2), as the fresh env's value had the other kind."""
+    env, copy = make_gym_env(env_id), make_gym_env(env_id)
+    env.reset(seed=4)
+    for a in (0, 1, 0):
+        env.step(a)
+    copy.reset(seed=99)
+    state = get_env_state(env)
+    assert state is not None
+    set_env_state(copy, json.loads(json.dumps(state)))
+    before = env.unwrapped.state if hasattr(env.unwrapped, "state") else env.unwrapped.s
+    after = copy.unwrapped.state if hasattr(copy.unwrapped, "state") else copy.unwrapped.s
+    assert type(after) is type(before) and np.array_equal(np.asarray(after), np.asarray(before))
+    assert np.asarray(after).dtype == np.asarray(before).dtype  # restored as it was held
+    for a in [1, 0, 1, 1, 0] * 4:
+        a_out, b_out = env.step(a), copy.step(a)
+        assert np.array_equal(a_out[0], b_out[0]) and a_out[1:4] == b_out[1:4]
+    # The kind still has to match: a state of another size or of booleans is refused.
+    bad = json.loads(json.dumps(state))
+    attrs = bad["base"]["attrs"]
+    key = "state" if "state" in attrs else "s"
+    attrs[key] = {"__ndarray__": [True] * 7, "dtype": "bool", "shape": [7]}
+    with pytest.raises(CheckpointError, match=f"base.{key} must be"):
+        set_env_state(copy, bad)
 
 
 def test_a_users_env_with_a_state_attribute_is_not_captured_by_guess() -> None:

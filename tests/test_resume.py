@@ -100,6 +100,10 @@ def assert_same_weights(a: Path, b: Path) -> int:
         pytest.param({"env": None, "n_envs": 2}, id="trading"),
         # Toy text: a Discrete observation (one-hot encoded) and state kept in ``s``.
         pytest.param({"env": "FrozenLake-v1"}, id="frozenlake"),
+        # Classic control whose state changes kind between reset and step (MountainCar: an array,
+        # then a tuple; Acrobot: float32, then float64): a mid-episode checkpoint was refused.
+        pytest.param({"env": "MountainCar-v0"}, id="mountaincar"),
+        pytest.param({"env": "Acrobot-v1"}, id="acrobot"),
         # compile with Adam: every update is the one-graph whole step, recompiled by the resume.
         pytest.param({"compile": "true", "optimizer": "adam"}, id="compiled-whole-step"),
         # A linear decay over the run (lr_decay_steps null): its length is planned from the

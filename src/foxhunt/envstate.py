@@ -180,12 +180,23 @@ def get_env_state(env: gym.Env) -> dict[str, Any] | None:
 
 def _compatible(current: Any, new: Any) -> bool:
     """Whether ``new`` may replace ``current``: same kind of value; arrays of equal shape/dtype."""
-    if isinstance(current, np.ndarray):
+    if isinstance(current, np.ndarray | tuple) and isinstance(new, np.ndarray | tuple):
+        # Classic control changes a state's container between reset and step: Acrobot's is
+        # float32 after reset and float64 after a step, MountainCar's an array after reset and
+        # a tuple after a step. The saved value is what the env held then: restore it as it
+        # was, checked for the same number of plain numbers.
+        try:
+            cur, got = np.asarray(current), np.asarray(new)
+        except (TypeError, ValueError):
+            return False
         return (
-            isinstance(new, np.ndarray)
-            and new.shape == current.shape
-            and new.dtype == current.dtype
+            cur.shape == got.shape
+            and cur.dtype.kind in "biuf"
+            and got.dtype.kind in "biuf"
+            and (got.dtype.kind == "f") == (cur.dtype.kind == "f")
         )
+    if isinstance(current, np.ndarray):
+        return False
     if isinstance(current, bool) or isinstance(new, bool):
         return type(current) is type(new)
     numeric = (int, float, np.integer, np.floating)
