@@ -788,6 +788,17 @@ def test_a_full_disk_inside_safetensors_names_the_checkpoint(
     assert list(tmp_path.iterdir()) == []  # the partial directory is gone
 
 
+class _StepRecorder:
+    """A checkpointer that records the env step of each save instead of writing it."""
+
+    def __init__(self) -> None:
+        self.saves: list[int] = []
+
+    def save(self, trainer: Any) -> Path:
+        self.saves.append(trainer.env_steps)
+        return Path(f"step-{trainer.env_steps}")
+
+
 def test_an_interrupt_at_a_checkpoints_step_does_not_save_it_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -804,22 +815,17 @@ def test_an_interrupt_at_a_checkpoints_step_does_not_save_it_again(
         log_interval=100,
     )  # fmt: skip
     trainer = DQNTrainer(hp, "CartPole-v1")
-    saves: list[int] = []
-
-    class Recorder:
-        def save(self, t: DQNTrainer) -> Path:
-            saves.append(t.env_steps)
-            return Path(f"step-{t.env_steps}")
+    recorder = _StepRecorder()
 
     def ctrl_c_at_300(row: dict) -> None:
         if row["env_steps"] == 300:
             trainer._interrupt_requested = signal.SIGINT
 
     try:
-        trainer._checkpointer = Recorder()
+        trainer._checkpointer = recorder
         with pytest.raises(TrainingInterrupted) as err:
             trainer.learn(600, callback=ctrl_c_at_300)
-        assert saves == [300] and err.value.checkpoint == Path("step-300")
+        assert recorder.saves == [300] and err.value.checkpoint == Path("step-300")
         assert "interrupted at env step 300: its checkpoint was just written" in caplog.text
     finally:
         trainer.close()
@@ -854,26 +860,21 @@ def test_one_sigterm_delivered_twice_is_one_stop_request(
         hidden_sizes=(8,), learning_starts=100, eval_interval=0, log_interval=100
     )
     trainer = DQNTrainer(hp, "CartPole-v1")
-    saves: list[int] = []
-
-    class Recorder:
-        def save(self, t: DQNTrainer) -> Path:
-            saves.append(t.env_steps)
-            return Path(f"step-{t.env_steps}")
+    recorder = _StepRecorder()
 
     def signal_at_300(row: dict) -> None:
         if row["env_steps"] == 300:
             for name in signals:
                 os.kill(os.getpid(), getattr(signal, name))
 
-    trainer._checkpointer = Recorder()
+    trainer._checkpointer = recorder
     try:
         with pytest.raises(KeyboardInterrupt) as err:
             trainer.learn(600, callback=signal_at_300)
         if stops_with_a_checkpoint:
-            assert isinstance(err.value, TrainingInterrupted) and saves == [300]
+            assert isinstance(err.value, TrainingInterrupted) and recorder.saves == [300]
             assert err.value.checkpoint == Path("step-300")
         else:
-            assert not isinstance(err.value, TrainingInterrupted) and saves == []
+            assert not isinstance(err.value, TrainingInterrupted) and recorder.saves == []
     finally:
         trainer.close()

@@ -2251,15 +2251,17 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
         # A comma-delimited file can only carry decimal commas inside quotes ("16.769,36", as
         # localised investing.com exports do): read the mark from the columns held as text,
         # and from prices already read as numbers with a point (100.37: never a thousands dot).
+        text = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c].dtype)]
         prices = {found[c] for c in _PRICE_COLUMNS if c in found}
-        point = [
-            str(c)
+        point = [  # only where text columns leave the mark to decide (a million-bar file of
+            str(c)  # plain numbers skips the scan)
             for c in cols
-            if c in prices
+            if text
+            and c in prices
             and pd.api.types.is_float_dtype(frame[c].dtype)
             and _writes_decimal_points(frame[c])
         ]
-        cols = [c for c in cols if not pd.api.types.is_numeric_dtype(frame[c].dtype)]
+        cols = text
     # Headers in a language that writes decimal commas (Eröffnung, Clôture, ...) settle a file
     # whose numbers show no decimal mark of their own (16.750 is then sixteen thousand).
     localised = any(_norm(found[c]) in _DECIMAL_COMMA_HEADERS for c in _PRICE_COLUMNS)
