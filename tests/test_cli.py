@@ -195,6 +195,22 @@ def test_train_help_runs_as_a_process(tmp_path: Path) -> None:
         assert flag in out.stdout
 
 
+def test_python_dash_m_foxhunt_is_the_command(tmp_path: Path) -> None:
+    """``python -m foxhunt`` runs the CLI (exit codes and one-line errors included)."""
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "foxhunt", *args]
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env)
+
+    ok = run("--help")
+    assert ok.returncode == 0 and ok.stdout.startswith("usage: foxhunt")
+    bad = run("evaluate", str(tmp_path / "missing"))
+    assert bad.returncode == 2 and "missing" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
 @pytest.mark.parametrize("command", ["resume", "evaluate", "position", "report", "hyperopt"])
 def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -144,7 +144,8 @@ def test_ddp_two_ranks_equal_single_process_step(tmp_path: Path, compiled: bool)
 
 
 def test_torchrun_cli_trains_with_per_and_accumulation(tmp_path: Path) -> None:
-    """`torchrun -m foxhunt.cli train`: two ranks, PER (max weight all-reduced), rank 0 writes."""
+    """`torchrun -m foxhunt train`, as the README writes it: two ranks, PER (max weight
+    all-reduced), rank 0 writes."""
     run_dir = tmp_path / "run"
     cmd = [
         sys.executable,
@@ -155,7 +156,7 @@ def test_torchrun_cli_trains_with_per_and_accumulation(tmp_path: Path) -> None:
         "--master_port",
         str(_free_port()),
         "-m",
-        "foxhunt.cli",
+        "foxhunt",
         "train",
         "--env",
         "CartPole-v1",
