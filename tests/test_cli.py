@@ -785,6 +785,34 @@ def test_train_run_keeps_the_callers_rngs_and_shows_progress_when_quiet(
     assert "summary" not in out and "foxhunt: run" not in out  # still quiet otherwise
 
 
+def test_a_quiet_run_leaves_what_other_threads_print_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verbose=False swapped sys.stdout for the whole process: a notebook's other thread (a
+    dashboard, a second run's progress) printed into the void while a quiet run trained."""
+    import threading
+
+    import foxhunt
+    from foxhunt import session
+
+    def finish_while_another_thread_prints(*args: object, **kwargs: object) -> None:
+        other = threading.Thread(target=print, args=("printed by another thread",))
+        other.start()
+        other.join()
+        print("printed by the caller's own code")  # in the run's thread: the caller's too
+        finish(*args, **kwargs)
+
+    finish = session._finish
+    monkeypatch.setattr(session, "_finish", finish_while_another_thread_prints)
+    tiny = {"hidden_sizes": [16], "learning_starts": 100, "eval_interval": 0}
+    spec = foxhunt.build_spec(env="CartPole-v1", total_steps=200, overrides=tiny)
+    capsys.readouterr()
+    foxhunt.train_run(spec, tmp_path / "run", progress=False, verbose=False)
+    out = capsys.readouterr().out
+    assert "printed by another thread" in out and "printed by the caller's own code" in out
+    assert "foxhunt" not in out  # the run itself stayed quiet: no run line, no summary
+
+
 def test_suggested_commands_quote_a_run_directory_with_a_space(tmp_path: Path) -> None:
     """Pasted into a shell, the hint's path must stay one argument."""
     from foxhunt.cli import _prepare_run_dir

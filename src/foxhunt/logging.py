@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -37,6 +37,8 @@ __all__ = [
     "MetricLogger",
     "ProgressDisplay",
     "print_summary",
+    "quiet",
+    "say",
 ]
 
 METRIC_COLUMNS: tuple[str, ...] = (
@@ -269,21 +271,27 @@ class MetricLogger:
 
 # -- console ---------------------------------------------------------------------------------
 
-_PROGRESS_STREAM: contextvars.ContextVar[IO[str] | None] = contextvars.ContextVar(
-    "foxhunt_progress_stream", default=None
-)
+_QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("foxhunt_quiet", default=False)
 
 
 @contextlib.contextmanager
-def progress_stream(stream: IO[str]) -> Iterator[None]:
-    """Progress displays made in this block write to ``stream`` (instead of ``sys.stdout`` as
-    it is then): a quiet run from Python silences stdout but keeps the display it was asked
-    for on the caller's stdout."""
-    token = _PROGRESS_STREAM.set(stream)
+def quiet(on: bool = True) -> Iterator[None]:
+    """foxhunt's own messages (the run line, the summary table) are not printed in this block.
+
+    A context variable, not a swap of ``sys.stdout``: a quiet run from Python leaves what other
+    threads and the caller's own code print alone, and the progress display it was asked for
+    still shows."""
+    token = _QUIET.set(on)
     try:
         yield
     finally:
-        _PROGRESS_STREAM.reset(token)
+        _QUIET.reset(token)
+
+
+def say(message: str) -> None:
+    """Print one of foxhunt's messages to stdout, unless in a :func:`quiet` block."""
+    if not _QUIET.get():
+        print(message)
 
 
 # (metrics key, short label) shown live and in plain progress lines.
@@ -354,11 +362,7 @@ class ProgressDisplay:
             return
         from rich.console import Console as _Console
 
-        stream = _PROGRESS_STREAM.get() if console is None else None
-        self._console = console if console is not None else _Console(file=stream)
-        # A live bar re-routes sys.stdout above itself: under progress_stream, sys.stdout is the
-        # caller's silenced one, and re-routed it would print on the caller's terminal again.
-        self._redirect_stdout = stream is None
+        self._console = console if console is not None else _Console()
         self._start = time.monotonic()
         self._last_printed_steps: int | None = None
         self._next_print_steps = 0
@@ -404,7 +408,7 @@ class ProgressDisplay:
             console=self._console,
             refresh_per_second=4,
             transient=False,
-            redirect_stdout=self._redirect_stdout,
+            redirect_stdout=True,
         )
 
     def update(self, env_steps: int, metrics: Mapping[str, object] | None = None) -> None:
@@ -461,7 +465,10 @@ class ProgressDisplay:
 
 
 def print_summary(summary: Mapping[str, object], console: Console | None = None) -> None:
-    """Print an end-of-training table; nested mappings are flattened to ``outer.inner`` rows."""
+    """Print an end-of-training table; nested mappings are flattened to ``outer.inner`` rows.
+    Not printed in a :func:`quiet` block unless ``console`` is given."""
+    if console is None and _QUIET.get():
+        return
     from rich.console import Console as _Console
     from rich.table import Table
 

@@ -7,12 +7,10 @@ built *before* the run directory is created, so a bad input leaves no partial ou
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import logging
 import math
 import numbers
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from foxhunt._io import atomic_write_text, shell_quoted
 from foxhunt.config import DQNHyperparameters
 from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line
 from foxhunt.learner import DQNAgent
+from foxhunt.logging import say
 from foxhunt.runs import (
     RunSpec,
     TradingSetup,
@@ -221,7 +220,7 @@ def _train_loop(
     best, last = summary.get("best_eval_return"), summary.get("last_eval_return")
     if best is not None and last is not None and best > last:
         # evaluate scores the final weights by default; say where the better ones are kept.
-        print(
+        say(
             f"foxhunt: the best evaluation ({best:.4g}) beat the last ({last:.4g}); its weights "
             f"are kept: `foxhunt evaluate {shell_quoted(run_dir)} --model best`"
         )
@@ -341,7 +340,7 @@ def _fresh_run(
         spec.total_env_steps,
         hp.effective_batch_size,
     )
-    print(
+    say(
         f"foxhunt: run {run_dir} | "
         + (f"{origin} | " if origin else "")
         + f"effective batch size {hp.effective_batch_size} "
@@ -481,7 +480,7 @@ def _resume(
             atomic_write_text(run_dir / "config.yaml", spec.to_yaml())
         trainer._checkpointer = TrainerCheckpointer(run_dir, spec)
         if progress:
-            print(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
+            say(f"foxhunt: resuming {run_dir} from {path.name} at env step {trainer.env_steps}")
         _warn_schedule_change(trainer, total)
     except BaseException:
         trainer.close()  # async env workers too: nothing is left running on an error
@@ -722,17 +721,13 @@ def caller_rng_state() -> Iterator[None]:
 
 @contextlib.contextmanager
 def caller_state(verbose: bool) -> Iterator[None]:
-    """A run from Python prints nothing to stdout unless ``verbose`` (the progress display,
-    when asked for, still goes to the caller's stdout), and leaves the caller's global RNGs as
-    they were. (The caller's torch thread count is kept by the trainer, which sets
-    ``torch_threads`` only inside learn and evaluate.)"""
-    from foxhunt.logging import progress_stream
+    """A run from Python prints none of its messages unless ``verbose`` (the progress display,
+    when asked for, still shows; what other threads print is theirs), and leaves the caller's
+    global RNGs as they were. (The caller's torch thread count is kept by the trainer, which
+    sets ``torch_threads`` only inside learn and evaluate.)"""
+    from foxhunt.logging import quiet
 
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(caller_rng_state())
-        if not verbose:
-            stack.enter_context(progress_stream(sys.stdout))
-            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    with caller_rng_state(), quiet(not verbose):
         yield
 
 
