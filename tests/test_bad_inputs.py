@@ -413,6 +413,11 @@ def _learning_rate_10(state: dict, tensors: dict) -> None:
     state["optimizer"]["param_groups"][0]["lr"] = 10.0
 
 
+def _adam_step_as_a_number(state: dict, tensors: dict) -> None:
+    tensors.pop("optim.0.step")
+    state["optimizer"]["scalars"]["0"] = {"step": 3.0}
+
+
 CHECKPOINT_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
     (
         "tensors-bit-flip",
@@ -497,6 +502,11 @@ CHECKPOINT_ROWS: list[tuple[str, Callable[[Path], None], tuple[str, ...]]] = [
         "forged-partial-optimizer-state",  # a KeyError traceback at the first update
         lambda r: rewrite(r, lambda s, t: t.pop("optim.0.exp_avg_sq")),
         ("optimizer state of parameter 0", "exp_avg_sq"),
+    ),
+    (
+        "forged-optimizer-step-number",  # Adam read it at the first update, and died there
+        lambda r: rewrite(r, _adam_step_as_a_number),
+        ("optim.0.step", "must be a tensor", "3.0"),
     ),
     (
         "forged-learning-rate",  # trained on at 10 while learning_rate said otherwise

@@ -499,6 +499,13 @@ def _check_state(
             f"the checkpoint holds optimizer state for, got: {values['optimizer.n_state']}"
         )
     needed = _optimizer_state_needs(agent.optimizer)
+    for idx, scalars in values["optimizer.scalars"].items():
+        # The step reads these as tensors: a JSON number passed and failed at the first update.
+        for name in sorted(needed & set(scalars)):
+            raise CheckpointError(
+                f"checkpoint optimizer state optim.{idx}.{name} must be a tensor, got the "
+                f"number {scalars[name]!r:.40}"
+            )
     first = next(iter(held.values()), set())
     for idx, keys in sorted(held.items()):
         if not needed <= keys or keys != first:
