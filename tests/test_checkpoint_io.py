@@ -28,8 +28,6 @@ from foxhunt.checkpoint import (
     CheckpointManager,
     CheckpointWarning,
     load_checkpoint,
-    restore_rng_state,
-    rng_state_to_json,
     save_checkpoint,
     verify_checkpoint,
 )
@@ -564,76 +562,6 @@ def test_checkpoint_parked_by_interrupted_replace_is_found_then_restored(tmp_pat
     manager.save(_step_tensors(8), {"step": 8}, 8)
     assert not parked.exists()
     assert [s for s, _ in manager.checkpoints()] == [8]  # 7 restored, then pruned by keep_last
-
-
-# --------------------------------------------------------------------------- RNG state
-
-
-def _draws(generator: np.random.Generator) -> list[Any]:
-    return [
-        random.random(),
-        random.gauss(0.0, 1.0),  # caches gauss_next
-        random.getrandbits(70),
-        np.random.random(3).tolist(),
-        float(np.random.standard_normal()),  # legacy: caches the second gaussian
-        generator.random(3).tolist(),
-        generator.integers(0, 2**62, size=2).tolist(),
-        float(generator.standard_normal()),
-        torch.rand(3).tolist(),
-        torch.randn(3).tolist(),
-        torch.randint(0, 1000, (4,)).tolist(),
-    ]
-
-
-@pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.MT19937, np.random.Philox])
-def test_rng_round_trip_through_a_checkpoint_is_exact(
-    tmp_path: Path, bit_generator: type[np.random.BitGenerator]
-) -> None:
-    random.seed(1)
-    np.random.seed(2)
-    torch.manual_seed(3)
-    generator = np.random.Generator(bit_generator(4))
-    _draws(generator)  # leave every generator mid-stream, with cached gaussians
-    random.gauss(0.0, 1.0)
-    np.random.standard_normal()
-    save_checkpoint(tmp_path / "c", {}, {"rng": rng_state_to_json(generator)})
-    after_save = _draws(generator)
-    further = _draws(generator)
-    assert further != after_save  # the comparison below can fail
-
-    _, state = load_checkpoint(tmp_path / "c")
-    restore_rng_state(state["rng"], generator)
-    assert _draws(generator) == after_save
-
-
-def test_rng_restore_refuses_mismatches(tmp_path: Path) -> None:
-    pcg = np.random.Generator(np.random.PCG64(0))
-    saved = json.loads(json.dumps(rng_state_to_json(pcg)))
-    with pytest.raises(CheckpointError, match="present but no generator was passed"):
-        restore_rng_state(saved)
-    with pytest.raises(CheckpointError, match="'PCG64', the generator uses MT19937"):
-        restore_rng_state(saved, np.random.Generator(np.random.MT19937(0)))
-    with pytest.raises(CheckpointError, match="absent but a generator was passed"):
-        restore_rng_state(rng_state_to_json(), pcg)
-    broken = dict(saved, torch_cpu=saved["torch_cpu"][:40])
-    with pytest.raises(CheckpointError, match="torch_cpu has 30 bytes"):
-        restore_rng_state(broken, pcg)
-    with pytest.raises(CheckpointError, match="python is malformed"):
-        restore_rng_state(dict(saved, python={"version": 3, "internal": [1]}), pcg)
-    with pytest.raises(CheckpointError, match="must have keys"):
-        restore_rng_state({"python": None})
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
-def test_cuda_rng_states_without_cuda_warn_and_restore_the_rest() -> None:
-    torch.manual_seed(5)
-    state = rng_state_to_json()
-    saved = dict(state, torch_cuda=[state["torch_cpu"]])  # any payload stands in for a device
-    expected = torch.rand(2)
-    torch.rand(5)
-    with pytest.warns(CheckpointWarning, match="CUDA is unavailable"):
-        restore_rng_state(saved)
-    assert torch.equal(torch.rand(2), expected)
 
 
 # --------------------------------------------------------------------------- crash safety

@@ -279,6 +279,47 @@ def test_checkpoint_without_a_newer_hyperparameter_resumes_at_its_default() -> N
         trainer.close()
 
 
+def test_checkpoint_without_newer_state_fields_resumes_with_their_defaults() -> None:
+    """Fields the trainer's state gained after checkpoints were first written: the loader's
+    defaults for them (every update stepped, no divergence run, no learner path yet) must get
+    past the round-trip check too; ``loop.window.stepped`` did not (refused as missing). A
+    field with no default is refused by name, not as a KeyError inside the health monitor."""
+    import json
+
+    from foxhunt.errors import CheckpointError
+    from foxhunt.trainer import DQNTrainer
+    from foxhunt.trainstate import capture_state, restore_state
+
+    class Capture:  # the periodic checkpoint at step 64, taken inside an open metrics window
+        def save(self, trainer: Any) -> Path:
+            if trainer.env_steps != 64:  # the end of learn() saves too, after its last row
+                return Path("not captured")
+            self.tensors, self.state = capture_state(trainer)
+            self.tensors = {k: v.clone() for k, v in self.tensors.items()}
+            return Path("captured")
+
+    torch.set_num_threads(1)
+    hp = {"hidden_sizes": (8,), "learning_starts": 16, "batch_size": 16, "eval_interval": 0}
+    trainer = DQNTrainer(
+        {**hp, "log_interval": 10_000, "checkpoint_interval": 64, "device": "cpu"}, "CartPole-v1"
+    )
+    try:
+        trainer._checkpointer = capture = Capture()
+        trainer.learn(96)
+        tensors, state = capture.tensors, capture.state
+        old = json.loads(json.dumps(state))
+        del old["loop"]["window"]["stepped"], old["agent"]["learner_path"]
+        del old["health"]["initial_q_abs_max"], old["health"]["divergent_run"]
+        restore_state(trainer, tensors, old)
+        window = capture_state(trainer)[1]["loop"]["window"]
+        assert window["stepped"] == window["updates"] == state["loop"]["window"]["updates"] > 0
+        del old["health"]["max_abs_reward"]
+        with pytest.raises(CheckpointError, match=r"health\.max_abs_reward is missing"):
+            restore_state(trainer, tensors, old)
+    finally:
+        trainer.close()
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "rmsprop", "sgd"])
 def test_loop_boundaries_optimizer_state_and_rates_are_checked_against_the_run(
     optimizer: str,

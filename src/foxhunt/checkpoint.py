@@ -29,7 +29,6 @@ lock to enforce it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as _dt
 import hashlib
@@ -37,7 +36,6 @@ import inspect
 import json
 import math
 import os
-import random
 import re
 import shutil
 import stat
@@ -49,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import safetensors.torch as _st
 import torch
 from safetensors import SafetensorError
@@ -71,11 +68,7 @@ __all__ = [
     "TENSORS_FILE",
     "CheckpointManager",
     "CheckpointWarning",
-    "generator_state_to_json",
     "load_checkpoint",
-    "restore_generator_state",
-    "restore_rng_state",
-    "rng_state_to_json",
     "save_checkpoint",
     "verify_checkpoint",
 ]
@@ -869,170 +862,3 @@ class CheckpointManager:
         if expected is not None:
             _check_expected(verified, expected, expected_keys_exact)
         return _load_tensors(verified), verified.state, verified.path
-
-
-# --------------------------------------------------------------------------- RNG state
-
-
-def _encode_np(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return {"__ndarray_dtype__": value.dtype.str, "data": value.tolist()}
-    if isinstance(value, dict):
-        return {k: _encode_np(v) for k, v in value.items()}
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
-
-
-def _decode_np(value: Any, where: str) -> Any:
-    if isinstance(value, dict):
-        if "__ndarray_dtype__" in value:
-            try:
-                dtype = np.dtype(value["__ndarray_dtype__"])
-                if dtype.kind not in "iu":
-                    raise ValueError(f"dtype {dtype} is not an integer type")
-                return np.asarray(value["data"], dtype=dtype)
-            except (TypeError, ValueError, KeyError, OverflowError) as exc:
-                raise CheckpointError(f"RNG state field {where} is malformed: {exc}") from None
-        return {k: _decode_np(v, f"{where}.{k}") for k, v in value.items()}
-    return value
-
-
-def generator_state_to_json(generator: np.random.Generator) -> dict[str, Any]:
-    """``generator.bit_generator.state`` with arrays as lists (any bit generator)."""
-    return _encode_np(generator.bit_generator.state)
-
-
-def restore_generator_state(generator: np.random.Generator, obj: Mapping[str, Any]) -> None:
-    """Put a state from :func:`generator_state_to_json` back into ``generator``."""
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("bit_generator"), str):
-        raise CheckpointError(f"RNG state field numpy_generator is malformed: {obj!r:.120}")
-    have = type(generator.bit_generator).__name__
-    if obj["bit_generator"] != have:
-        raise CheckpointError(
-            f"RNG state is for bit generator {obj['bit_generator']}, the generator uses {have}"
-        )
-    try:
-        generator.bit_generator.state = _decode_np(dict(obj), "numpy_generator")
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise CheckpointError(f"RNG state field numpy_generator is malformed: {exc}") from None
-
-
-def _b64(tensor: torch.Tensor) -> str:
-    return base64.b64encode(tensor.cpu().contiguous().numpy().tobytes()).decode("ascii")
-
-
-def _unb64(text: Any, where: str) -> torch.Tensor:
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"RNG state field {where} is not base64: {exc}") from None
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-
-
-def rng_state_to_json(generator: np.random.Generator | None = None) -> dict[str, Any]:
-    """Every global RNG state as JSON-able data, plus ``generator``'s if one is given.
-
-    Covers Python's ``random``, NumPy's legacy global state, torch's CPU generator (base64 of
-    ``torch.get_rng_state()``, so the whole RNG state lives in state.json) and, when CUDA is
-    initialised, every CUDA device's generator. An uninitialised CUDA runtime has drawn nothing,
-    so it is skipped rather than initialised here.
-    """
-    version, internal, gauss_next = random.getstate()
-    np_state = np.random.get_state(legacy=False)
-    cuda = None
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        cuda = [_b64(s) for s in torch.cuda.get_rng_state_all()]
-    return {
-        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
-        "numpy_global": _encode_np(np_state),
-        "numpy_generator": None if generator is None else generator_state_to_json(generator),
-        "torch_cpu": _b64(torch.get_rng_state()),
-        "torch_cuda": cuda,
-    }
-
-
-def restore_rng_state(obj: Mapping[str, Any], generator: np.random.Generator | None = None) -> None:
-    """Restore what :func:`rng_state_to_json` saved; the next draws equal those after the save.
-
-    ``generator`` must be given exactly when the state holds a generator state: restoring only
-    part of the randomness would make a "resumed" run silently diverge.
-    """
-    keys = {"python", "numpy_global", "numpy_generator", "torch_cpu", "torch_cuda"}
-    if not isinstance(obj, Mapping) or set(obj) != keys:
-        got = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
-        raise CheckpointError(f"RNG state must have keys {sorted(keys)}, got {got}")
-
-    py = obj["python"]
-    internal = py.get("internal") if isinstance(py, Mapping) else None
-    if not (
-        isinstance(py, Mapping)
-        and _is_int(py.get("version"))
-        and isinstance(internal, list)
-        and len(internal) == 625
-        and all(_is_int(x) for x in internal)
-        and (py.get("gauss_next") is None or isinstance(py.get("gauss_next"), float))
-    ):
-        raise CheckpointError("RNG state field python is malformed")
-    np_global = _decode_np(obj["numpy_global"], "numpy_global")
-    cpu = _unb64(obj["torch_cpu"], "torch_cpu")
-    if cpu.numel() != torch.get_rng_state().numel():
-        raise CheckpointError(
-            f"RNG state field torch_cpu has {cpu.numel()} bytes, "
-            f"this torch uses {torch.get_rng_state().numel()}"
-        )
-    has_generator = obj["numpy_generator"] is not None
-    if has_generator != (generator is not None):
-        raise CheckpointError(
-            "RNG state numpy_generator is "
-            + (
-                "present but no generator was passed"
-                if has_generator
-                else "absent but a generator was passed"
-            )
-        )
-    if generator is not None:
-        saved = obj["numpy_generator"]
-        name = saved.get("bit_generator") if isinstance(saved, Mapping) else None
-        if name != type(generator.bit_generator).__name__:
-            raise CheckpointError(
-                f"RNG state is for bit generator {name!r}, "
-                f"the generator uses {type(generator.bit_generator).__name__}"
-            )
-    cuda = obj["torch_cuda"]
-    if cuda is not None and not isinstance(cuda, list):
-        raise CheckpointError(f"RNG state field torch_cuda must be a list, got {cuda!r:.80}")
-    cuda_states = [_unb64(s, f"torch_cuda[{i}]") for i, s in enumerate(cuda or [])]
-
-    # Everything parsed; now mutate global state (all or nothing, except a failing set_state).
-    try:
-        random.setstate((py["version"], tuple(internal), py["gauss_next"]))
-        np.random.set_state(np_global)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"RNG state for python/numpy_global is malformed: {exc}") from None
-    try:
-        torch.set_rng_state(cpu)
-    except RuntimeError as exc:
-        raise CheckpointError(f"RNG state field torch_cpu is rejected by torch: {exc}") from None
-    if generator is not None:
-        restore_generator_state(generator, obj["numpy_generator"])
-    if cuda_states:
-        if not torch.cuda.is_available():
-            warnings.warn(
-                "checkpoint holds CUDA RNG states but CUDA is unavailable; not restored",
-                CheckpointWarning,
-                stacklevel=2,
-            )
-            return
-        count = torch.cuda.device_count()
-        if count != len(cuda_states):
-            warnings.warn(
-                f"checkpoint holds {len(cuda_states)} CUDA RNG states, this machine has {count} "
-                "devices; restoring the first min of both",
-                CheckpointWarning,
-                stacklevel=2,
-            )
-        for device, state in enumerate(cuda_states[:count]):
-            torch.cuda.set_rng_state(state, device)

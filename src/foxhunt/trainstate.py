@@ -408,8 +408,7 @@ def _check_state(
             f"checkpoint state field nstep.lengths must hold counts below "
             f"n_step={hp_.n_step}, got: {lengths!r:.80}"
         )
-    if "max_abs_reward" in state["health"]:
-        _field(state, "health.max_abs_reward", "finite")
+    _field(state, "health.max_abs_reward", "finite")  # in every checkpoint: no default
     if state["health"].get("initial_q_abs_max") is not None:
         _field(state, "health.initial_q_abs_max", "finite")
     if "divergent_run" in state["health"]:
@@ -694,6 +693,8 @@ def _check_round_trip(
     # Health counters newer than the checkpoint start where a fresh run does.
     expected["health"] = {**NEWER_HEALTH_FIELDS, **state["health"]}
     expected["agent"] = {"learner_path": None, **state["agent"]}
+    window = state["loop"]["window"]  # "stepped": before it was counted, every update stepped
+    expected["loop"] = {**state["loop"], "window": {"stepped": window["updates"], **window}}
     skip: set[str] = set()
     if state["loop"]["has_obs"] and state["envs"] is None:  # restarted from a fresh reset
         skip = {"loop.ep_return", "loop.ep_length"}  # zeroed: the episodes restart
