@@ -785,6 +785,27 @@ def test_train_run_keeps_the_callers_rngs_and_shows_progress_when_quiet(
     assert "summary" not in out and "foxhunt: run" not in out  # still quiet otherwise
 
 
+def test_resume_run_checks_its_total_steps(tmp_path: Path) -> None:
+    """From Python, 0 was read as "not given" (the error then named the checkpoint's total) and
+    300.5 reached the checkpointer as 304.0; the CLI's --total-steps was always checked."""
+    import numpy as np
+
+    import foxhunt
+    from foxhunt.errors import ConfigError
+
+    tiny = {"hidden_sizes": [16], "learning_starts": 100, "eval_interval": 0}
+    spec = foxhunt.build_spec(env="CartPole-v1", total_steps=200, overrides=tiny)
+    run = tmp_path / "run"
+    foxhunt.train_run(spec, run, progress=False, verbose=False)
+    for bad in (0, -5, 300.5, "300", True):
+        with pytest.raises(
+            ConfigError, match=f"total_steps must be a positive integer, got: {bad!r}"
+        ):
+            foxhunt.resume_run(run, total_steps=bad, progress=False, verbose=False)
+    summary = foxhunt.resume_run(run, total_steps=np.int64(300), progress=False, verbose=False)
+    assert summary["env_steps"] == 300
+
+
 def test_a_quiet_run_leaves_what_other_threads_print_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

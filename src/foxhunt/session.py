@@ -353,6 +353,11 @@ def resume_training(
     run_dir: Path, *, total_steps: int | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Continue ``run_dir`` from its latest checkpoint, exactly as if it had never stopped."""
+    if total_steps is not None:  # 0 read as "not given"; 300.5 failed in the checkpointer
+        integral = isinstance(total_steps, numbers.Integral) and not isinstance(total_steps, bool)
+        if not integral or total_steps <= 0:
+            raise ConfigError(f"total_steps must be a positive integer, got: {total_steps!r}")
+        total_steps = int(total_steps)
     spec = load_spec(run_dir)
     with run_lock(run_dir):
         return _resume(run_dir, spec, total_steps, progress)
