@@ -1192,6 +1192,39 @@ def test_a_tuple_observation_space_is_refused_with_the_wrapper_that_flattens_it(
         trainer.close()
 
 
+class _JointActions(gym.Env):
+    """Two discrete choices at once: a DQN needs them as one Discrete(6)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.MultiDiscrete([2, 3])
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, True, False, {}
+
+
+def test_a_run_refuses_a_space_as_the_agent_does_before_writing_anything(tmp_path):
+    """The env probe run before a run directory is written had rules and words of its own: no
+    joint-action hint, and a CLI flag named to a Python caller."""
+    from foxhunt.runs import build_spec
+    from foxhunt.session import train_run
+
+    gym.register("FoxhuntJointActions-v0", entry_point=_JointActions)
+    try:
+        with pytest.raises(ConfigError) as by_agent:
+            DQNTrainer(_hp(), "FoxhuntJointActions-v0")
+        spec = build_spec(env="FoxhuntJointActions-v0", total_steps=100)
+        with pytest.raises(ConfigError) as by_run:
+            train_run(spec, tmp_path / "run", progress=False, verbose=False)
+    finally:
+        gym.registry.pop("FoxhuntJointActions-v0")
+    assert "Discrete(6)" in str(by_agent.value)
+    assert str(by_run.value) == f"env 'FoxhuntJointActions-v0': {by_agent.value}"
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_env_constructor_bug_is_not_blamed_on_env_kwargs():
     """A bad argument's errors (TypeError, ValueError, KeyError...) name env_kwargs in one line;
     a bug in the constructor (AttributeError) is the env's own and keeps its traceback."""

@@ -17,7 +17,7 @@ import logging
 import math
 import types
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -43,7 +43,8 @@ class GradientStats:
     pre_clip_norm: float
     """Global L2 norm of the accumulated (unscaled) gradients before clipping."""
     post_clip_norm: float
-    """Global L2 norm actually applied (equals max_grad_norm when clipping fired)."""
+    """Global L2 norm actually applied (just under max_grad_norm when clipping fired: the scale
+    is max_grad_norm / (norm + 1e-6), as in ``torch.nn.utils.clip_grad_norm_``)."""
     clipped: bool
     """Whether clipping scaled the gradients down."""
     lr: float
@@ -52,9 +53,6 @@ class GradientStats:
     """True when gradients were non-finite and the step was skipped."""
     optimizer_steps: int = 0
     """Optimizer steps taken so far (skipped ones excluded)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -82,7 +80,7 @@ def resolve_device(name: str) -> torch.device:
 def lr_factor(hp: DQNHyperparameters, step: int, decay_steps: int | None) -> float:
     """Learning-rate multiplier after ``step`` optimizer steps, a linear/cosine decay lasting
     ``decay_steps`` (the agent's ``lr_decay_steps``; None: not planned yet, nothing has stepped,
-    see ``DQNAgent.update``)."""
+    see ``DQNAgent.plan_lr_decay``)."""
     warm = hp.lr_warmup_steps
     if warm and step < warm:
         return (step + 1) / warm
@@ -259,6 +257,42 @@ class _Objective(nn.Module):
         return self._objective(*batch)
 
 
+def check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
+    """Refuse spaces a DQN cannot use, saying how to wrap the env. One check for the agent and
+    for the env probe that runs before a run directory is written (CLI, ensembles, hyperopt)."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        hint = "DQN picks one of n actions"
+        joint = None
+        if isinstance(action_space, gym.spaces.MultiDiscrete):
+            joint = math.prod(int(n) for n in action_space.nvec.flat)  # no int64 overflow
+        elif isinstance(action_space, gym.spaces.MultiBinary):
+            joint = 2 ** math.prod(action_space.shape)
+        if joint is not None:
+            hint += (
+                f": wrap the env so that its actions are the {joint} joint choices, "
+                f"Discrete({joint})"
+            )
+        raise ConfigError(f"action space must be Discrete, got: {action_space} ({hint})")
+    if not isinstance(observation_space, gym.spaces.Box):
+        hint = (
+            "pass the env id, or wrap it in foxhunt.envs.gym_envs.OneHotObservation"
+            if isinstance(observation_space, gym.spaces.Discrete)
+            else "flatten it with gymnasium.wrappers.FlattenObservation"
+        )
+        raise ConfigError(
+            f"observation space must be a Box (or Discrete), got: {observation_space} ({hint})"
+        )
+    if not observation_space.shape:
+        raise ConfigError(
+            f"observation space must have at least one dimension, got: {observation_space} "
+            "(reshape the observation to (1,))"
+        )
+    if math.prod(observation_space.shape) == 0:  # no inputs: one constant Q per action
+        raise ConfigError(
+            f"observation space must hold at least one value, got: {observation_space}"
+        )
+
+
 class DQNAgent:
     """Online and target Q-networks, optimizer, LR scheduler and the exact optimization step."""
 
@@ -270,32 +304,11 @@ class DQNAgent:
         *,
         n_regimes: int = 0,
     ) -> None:
-        if not isinstance(action_space, gym.spaces.Discrete):
-            hint = "DQN picks one of n actions"
-            joint = None
-            if isinstance(action_space, gym.spaces.MultiDiscrete):
-                joint = math.prod(int(n) for n in action_space.nvec.flat)  # no int64 overflow
-            elif isinstance(action_space, gym.spaces.MultiBinary):
-                joint = 2 ** math.prod(action_space.shape)
-            if joint is not None:
-                hint += (
-                    f": wrap the env so that its actions are the {joint} joint choices, "
-                    f"Discrete({joint})"
-                )
-            raise ConfigError(f"action space must be Discrete, got: {action_space} ({hint})")
+        check_spaces(observation_space, action_space)
         if int(action_space.n) == 1:
             log.warning(
                 "the action space holds one action (Discrete(1)): every policy is the same and "
                 "there is nothing to learn"
-            )
-        if not isinstance(observation_space, gym.spaces.Box):
-            hint = (
-                "pass the env id, or wrap it in foxhunt.envs.gym_envs.OneHotObservation"
-                if isinstance(observation_space, gym.spaces.Discrete)
-                else "flatten it with gymnasium.wrappers.FlattenObservation"
-            )
-            raise ConfigError(
-                f"observation space must be a Box (or Discrete), got: {observation_space} ({hint})"
             )
         hp = hyperparameters
         self.hp = hp
@@ -308,16 +321,7 @@ class DQNAgent:
             )
         self.n_actions = int(action_space.n)
         self.obs_shape = tuple(int(d) for d in observation_space.shape)
-        if not self.obs_shape:
-            raise ConfigError(
-                f"observation space must have at least one dimension, got: {observation_space} "
-                "(reshape the observation to (1,))"
-            )
         self.obs_dim = int(np.prod(self.obs_shape))
-        if self.obs_dim == 0:  # a network without inputs would "learn" one constant Q per action
-            raise ConfigError(
-                f"observation space must hold at least one value, got: {observation_space}"
-            )
         if hp.regime_conditional and n_regimes < 1:
             raise ConfigError(
                 "regime_conditional must be false for an environment without regimes, got: true "
@@ -767,7 +771,7 @@ class DQNAgent:
             # update kernel (46 us against 35 us per step at 67k parameters).
             return norm, loss, td, q_mean, q_abs_max, coef, finite
 
-        # Static shapes: one window size per run.
+        # Static shapes: one graph per batch layout (a run has one or two; _GRAPHS_PER_FUNCTION).
         return torch.compile(_own_code(whole_step), dynamic=False)
 
     def _run_whole_step(self, batch: Batch) -> tuple[MicroBatchResult, GradientStats]:
@@ -911,7 +915,7 @@ class DQNAgent:
 
     @torch.no_grad()
     def sync_target(self, tau: float | None = None) -> None:
-        """Hard copy (tau = 1) or Polyak average of online into target parameters and buffers."""
+        """Hard copy (tau = 1) or Polyak average of the online parameters into the target's."""
         tau = self.hp.tau if tau is None else tau
         online = list(self.online_net.parameters())
         target = list(self.target_net.parameters())

@@ -132,7 +132,6 @@ class MetricLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.run_dir / csv_name
         self._header = ",".join(self.columns) + "\n"
-        self.rows_written = 0
         """Rows appended by this logger (not counting rows kept from a resumed file)."""
         self.resumed_env_steps: float | None = None
         """The env steps of the last row kept from a resumed file (None: no row kept)."""
@@ -238,7 +237,6 @@ class MetricLogger:
         cells = [_format_cell(col, row.get(col)) for col in self.columns]
         self._file.write(",".join(cells) + "\n")
         self._file.flush()
-        self.rows_written += 1
 
         if self._writer is not None:
             env_steps = row.get("env_steps")

@@ -1045,14 +1045,12 @@ def make_envs(
     probe = make_gym_env(env_id, kwargs=spec.env_kwargs)
     space, obs_space = probe.action_space, probe.observation_space
     probe.close()
-    if not isinstance(space, gym.spaces.Discrete):
-        raise ConfigError(f"--env {env_id!r} must have a Discrete action space, got: {space}")
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise ConfigError(
-            f"--env {env_id!r} must have a Box or Discrete observation space, got: {obs_space} "
-            "(a Tuple, Dict, MultiBinary or MultiDiscrete one: register the env wrapped in "
-            "gymnasium.wrappers.FlattenObservation)"
-        )
+    from foxhunt.learner import check_spaces
+
+    try:
+        check_spaces(obs_space, space)  # the agent's own check, before anything is written
+    except ConfigError as err:
+        raise ConfigError(f"env {env_id!r}: {err}") from None
     if spec.env_kwargs:
         factory = functools.partial(make_gym_env, env_id, "env", spec.env_kwargs)
         return factory, factory, None

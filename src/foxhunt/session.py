@@ -198,9 +198,7 @@ def _record_halt(trainer: DQNTrainer, run_dir: Path, exc: TrainingHalted) -> Non
     atomic_write_text(run_dir / HALTED_FILE, json.dumps(record, indent=2, default=float))
 
 
-def _train_loop(
-    trainer: DQNTrainer, spec: RunSpec, run_dir: Path, total: int, progress: bool
-) -> dict[str, Any]:
+def _train_loop(trainer: DQNTrainer, spec: RunSpec, run_dir: Path, total: int) -> dict[str, Any]:
     from foxhunt.logging import print_summary
 
     try:
@@ -316,14 +314,13 @@ def run_training(
         assert_not_in_use(run_dir)
         before_write()
     with run_lock(run_dir):
-        return _fresh_run(trainer, spec, run_dir, progress, setup, origin)
+        return _fresh_run(trainer, spec, run_dir, setup, origin)
 
 
 def _fresh_run(
     trainer: DQNTrainer,
     spec: RunSpec,
     run_dir: Path,
-    progress: bool,
     setup: TradingSetup | None = None,
     origin: str | None = None,
 ) -> dict[str, Any]:
@@ -346,7 +343,7 @@ def _fresh_run(
         + f"effective batch size {hp.effective_batch_size} "
         f"({hp.batch_size} x {hp.gradient_accumulation_steps})"
     )
-    return _train_loop(trainer, spec, run_dir, spec.total_env_steps, progress)
+    return _train_loop(trainer, spec, run_dir, spec.total_env_steps)
 
 
 def resume_training(
@@ -490,7 +487,7 @@ def _resume(
     except BaseException:
         trainer.close()  # async env workers too: nothing is left running on an error
         raise
-    return _train_loop(trainer, spec, run_dir, total, progress)
+    return _train_loop(trainer, spec, run_dir, total)
 
 
 def _warn_lost_metrics(trainer: DQNTrainer, logger: MetricLogger) -> None:

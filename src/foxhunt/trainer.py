@@ -1236,9 +1236,9 @@ class DQNTrainer:
         return steps
 
     def close(self) -> None:
-        """Close environments and sinks. Async envs left waiting on a call that failed in this
-        process (Gymnasium gathering their infos) are terminated: a plain close would wait for
-        that call's answer, already received, forever."""
+        """Close the environments (a logger passed in is its owner's to close). Async envs
+        left waiting on a call that failed in this process (Gymnasium gathering their infos) are
+        terminated: a plain close would wait for that call's answer, already received, forever."""
         from gymnasium.vector.async_vector_env import AsyncState, AsyncVectorEnv
 
         vec = self.envs.unwrapped
