@@ -1130,7 +1130,7 @@ _MODEL_DIMS = {"obs_dim": 1, "n_actions": 1, "n_regimes": 0}
 """model.json's integer fields and their smallest valid values."""
 
 
-def _is_count(value: Any) -> bool:
+def _is_positive_int(value: Any) -> bool:
     return type(value) is int and value >= 1  # bool is an int subclass
 
 
@@ -1228,7 +1228,7 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
     if (
         not isinstance(obs_shape, list)
         or not obs_shape
-        or not all(_is_count(d) for d in obs_shape)
+        or not all(_is_positive_int(d) for d in obs_shape)
         or math.prod(obs_shape) != dims["obs_dim"]
     ):
         raise FoxhuntError(
