@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from foxhunt.config import DQNHyperparameters
+from foxhunt.errors import CheckpointError
 from foxhunt.health import NEWER_FIELDS as NEWER_HEALTH_FIELDS
 from foxhunt.learner import LEARNER_PATHS
 from foxhunt.networks import stored_transposed
@@ -158,8 +159,6 @@ def restore_state(
     (an extra tensor, ``"5"`` for ``5``) rolls the trainer back to exactly where it was. Every
     failure is a one-line :class:`~foxhunt.errors.CheckpointError` naming the field or tensor.
     """
-    from foxhunt.errors import CheckpointError
-
     _check_state(trainer, tensors, state)
     live, live_state = capture_state(trainer)
     backup = ({k: v.clone() for k, v in live.items()}, live_state)  # live tensors are views
@@ -265,8 +264,6 @@ _FIELDS: tuple[tuple[str, str], ...] = (
 
 
 def _field(state: dict[str, Any], path: str, kind: str) -> Any:
-    from foxhunt.errors import CheckpointError
-
     value: Any = state
     for part in path.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -281,8 +278,6 @@ def _field(state: dict[str, Any], path: str, kind: str) -> Any:
 def _check_tensor(
     tensors: dict[str, torch.Tensor], key: str, dtype: torch.dtype, shape: tuple[int, ...]
 ) -> None:
-    from foxhunt.errors import CheckpointError
-
     if key not in tensors:
         raise CheckpointError(f"checkpoint is missing tensor {key!r}")
     t = tensors[key]
@@ -296,8 +291,6 @@ def _check_state(
     trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any]
 ) -> None:
     """Everything that can be checked before changing the trainer; errors name field and value."""
-    from foxhunt.errors import CheckpointError
-
     if not isinstance(state, dict) or state.get("kind") != "foxhunt-trainer":
         kind = state.get("kind") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"checkpoint state is not a foxhunt trainer state (kind={kind!r})")
@@ -305,6 +298,23 @@ def _check_state(
         isinstance(k, str) and torch.is_tensor(v) for k, v in tensors.items()
     ):
         raise CheckpointError("checkpoint tensors must map names to tensors")
+    _check_hyperparameters(trainer, state)
+    values = {path: _field(state, path, kind) for path, kind in _FIELDS}
+    path_taken = state["agent"].get("learner_path")  # absent from older checkpoints
+    if path_taken is not None and path_taken not in LEARNER_PATHS:
+        raise CheckpointError(
+            f"checkpoint state field agent.learner_path must be null or one of "
+            f"{', '.join(LEARNER_PATHS)}, got: {path_taken!r:.60}"
+        )
+    _check_replay_and_loop(trainer, state, values)
+    _check_actions_nstep_and_health(trainer, tensors, state)
+    _check_optimizer_settings(trainer, values)
+    _check_fixed_tensors(trainer, tensors, values)
+    _check_optimizer_tensors(trainer, tensors, values)
+
+
+def _check_hyperparameters(trainer: DQNTrainer, state: dict[str, Any]) -> None:
+    """The checkpoint's hyperparameters are the run's (fields newer than it at their defaults)."""
     hp, saved = trainer.hp.to_dict(), dict(_field(state, "hyperparameters", "dict"))
     for key in set(hp) - set(saved):  # added after the checkpoint was written: at its default
         default = DQNHyperparameters.model_fields[key].default
@@ -317,13 +327,12 @@ def _check_state(
             f"checkpoint hyperparameters differ from the run's: {diff[0]}="
             f"{saved.get(diff[0])!r} in the checkpoint, {hp.get(diff[0])!r} in the run{more}"
         )
-    values = {path: _field(state, path, kind) for path, kind in _FIELDS}
-    path_taken = state["agent"].get("learner_path")  # absent from older checkpoints
-    if path_taken is not None and path_taken not in LEARNER_PATHS:
-        raise CheckpointError(
-            f"checkpoint state field agent.learner_path must be null or one of "
-            f"{', '.join(LEARNER_PATHS)}, got: {path_taken!r:.60}"
-        )
+
+
+def _check_replay_and_loop(
+    trainer: DQNTrainer, state: dict[str, Any], values: dict[str, Any]
+) -> None:
+    """Replay position and size, and the loop's counters and boundaries, against the run."""
     hp_ = trainer.hp
     capacity = trainer.replay.capacity
     size, pos = values["replay.size"], values["replay.pos"]
@@ -390,6 +399,12 @@ def _check_state(
                 f"checkpoint state field loop.eval_history[{i}] must be "
                 f"[env_steps, return], got: {item!r:.80}"
             )
+
+
+def _check_actions_nstep_and_health(
+    trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any]
+) -> None:
+    """Stored actions within the env's, pending n-step lengths, the health monitor's fields."""
     n_actions = trainer.agent.n_actions
     for key, acts in tensors.items():  # an action index past the head: a crash later
         stored = key == "replay.actions" or (
@@ -403,19 +418,24 @@ def _check_state(
                     f"env's 0..{n_actions - 1}"
                 )
     lengths = state["nstep"].get("lengths")
-    if isinstance(lengths, list) and not all(_is_count(n) and n < hp_.n_step for n in lengths):
+    n_step = trainer.hp.n_step
+    if isinstance(lengths, list) and not all(_is_count(n) and n < n_step for n in lengths):
         raise CheckpointError(
             f"checkpoint state field nstep.lengths must hold counts below "
-            f"n_step={hp_.n_step}, got: {lengths!r:.80}"
+            f"n_step={n_step}, got: {lengths!r:.80}"
         )
     _field(state, "health.max_abs_reward", "finite")  # in every checkpoint: no default
     if state["health"].get("initial_q_abs_max") is not None:
         _field(state, "health.initial_q_abs_max", "finite")
     if "divergent_run" in state["health"]:
         _field(state, "health.divergent_run", "count")
+
+
+def _check_optimizer_settings(trainer: DQNTrainer, values: dict[str, Any]) -> None:
+    """Optimizer groups, scheduler and grad scaler: the fresh trainer's structure and rates."""
+    agent = trainer.agent
     # Optimizer and scheduler states are applied with ``__dict__.update``-like loaders: hold them
     # to the fresh trainer's structure, and the optimizer settings to the hyperparameters.
-    agent = trainer.agent
     fresh_groups = json.loads(json.dumps(agent.optimizer.state_dict()["param_groups"]))
     _check_like(values["optimizer.param_groups"], fresh_groups, "optimizer.param_groups")
     for i, (saved_g, fresh_g) in enumerate(
@@ -433,9 +453,10 @@ def _check_state(
     # The schedule's base rate is the hyperparameter's (LambdaLR's initial_lr), and the rate in
     # force is the scheduler's last one: neither may be set apart from the hyperparameters.
     saved_sched, group0 = values["scheduler"], values["optimizer.param_groups"][0]
-    if saved_sched["base_lrs"] != [group0.get("initial_lr", hp_.learning_rate)]:
+    learning_rate = trainer.hp.learning_rate
+    if saved_sched["base_lrs"] != [group0.get("initial_lr", learning_rate)]:
         raise CheckpointError(
-            f"checkpoint state field scheduler.base_lrs must be [{hp_.learning_rate!r}] "
+            f"checkpoint state field scheduler.base_lrs must be [{learning_rate!r}] "
             f"(learning_rate), got: {saved_sched['base_lrs']!r:.60}"
         )
     if saved_sched["_last_lr"] != [group0["lr"]]:
@@ -445,7 +466,13 @@ def _check_state(
         )
     scaler = agent.scaler.state_dict() if agent.scaler is not None else None
     _check_like(values["scaler"], json.loads(json.dumps(scaler)), "scaler")
-    # Tensors whose dtype and shape the trainer alone determines.
+
+
+def _check_fixed_tensors(
+    trainer: DQNTrainer, tensors: dict[str, torch.Tensor], values: dict[str, Any]
+) -> None:
+    """Tensors whose dtype and shape the trainer alone determines."""
+    agent, hp_ = trainer.agent, trainer.hp
     online = agent.online_net.state_dict()
     fixed: dict[str, torch.Tensor] = {f"online.{k}": v for k, v in online.items()}
     fixed.update({f"target.{k}": v for k, v in agent.target_net.state_dict().items()})
@@ -460,6 +487,13 @@ def _check_state(
         fixed["loop.obs"] = torch.zeros(shape, dtype=torch.float32)
     for key, ref in fixed.items():
         _check_tensor(tensors, key, ref.dtype, tuple(ref.shape))
+
+
+def _check_optimizer_tensors(
+    trainer: DQNTrainer, tensors: dict[str, torch.Tensor], values: dict[str, Any]
+) -> None:
+    """Per-parameter optimizer state: complete, alike across parameters, the parameters' shapes."""
+    agent = trainer.agent
     params = list(agent.online_net.parameters())
     shapes = [
         tuple(reversed(p.shape)) if flip else tuple(p.shape)
@@ -547,8 +581,6 @@ def _optimizer_state_needs(optimizer: torch.optim.Optimizer) -> set[str]:
 
 def _check_like(saved: Any, fresh: Any, path: str) -> None:
     """``saved`` must have the structure and value kinds of a fresh trainer's ``fresh``."""
-    from foxhunt.errors import CheckpointError
-
     if isinstance(fresh, dict):
         ok = isinstance(saved, dict) and set(saved) == set(fresh)
         kind = f"a mapping with keys {sorted(fresh)}"
@@ -682,8 +714,6 @@ def _check_round_trip(
     trainer: DQNTrainer, tensors: dict[str, torch.Tensor], state: dict[str, Any]
 ) -> None:
     """Capture the restored trainer again: it must reproduce the checkpoint bit for bit."""
-    from foxhunt.errors import CheckpointError
-
     again, state_again = capture_state(trainer)
     # Hyperparameters were matched (fields newer than the checkpoint at their defaults). "run"
     # is the session's record of the environment config (foxhunt.session checks it), not the
