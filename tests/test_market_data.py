@@ -2055,7 +2055,7 @@ def test_timestamp_regexes_read_every_whitespace_as_pythons_re_does(storage: str
     a space and any character must leave every row's answer exactly Python's."""
     import re
 
-    from foxhunt.markets import data
+    from foxhunt.markets import _timestamps
 
     if storage == "pyarrow":
         pytest.importorskip("pyarrow")
@@ -2073,21 +2073,22 @@ def test_timestamp_regexes_read_every_whitespace_as_pythons_re_does(storage: str
             f"09:30{gap}+05:30",
         ]
     text = pd.Series(values, dtype=pd.StringDtype(storage))
-    patterns = (data._ISO, data._ISO_OFFSET, data._TIME_OF_DAY)
+    patterns = (_timestamps._ISO, _timestamps._ISO_OFFSET, _timestamps._TIME_OF_DAY)
     for pattern in patterns:
         assert "\\s" in pattern.pattern  # each goes through the bracketing, not around it
         for full in (True, False):
             want = [bool((pattern.fullmatch if full else pattern.search)(v)) for v in values]
-            got = data._regex_rows(text, pattern, full=full)
+            got = _timestamps._regex_rows(text, pattern, full=full)
             assert got.dtype == bool and got.tolist() == want, (pattern.pattern, full)
             assert any(want) and not all(want)
         for value in values:
             one = pd.Series([value] * 3, dtype=pd.StringDtype(storage))
-            assert data._fullmatch_all(one, pattern) == bool(pattern.fullmatch(value))
+            assert _timestamps._fullmatch_all(one, pattern) == bool(pattern.fullmatch(value))
     with_missing = pd.Series(["09:30", None, "10:00"], dtype=pd.StringDtype(storage))
-    assert data._fullmatch_all(with_missing, data._TIME_OF_DAY)  # as .all() skips them
+    # as .all() skips them
+    assert _timestamps._fullmatch_all(with_missing, _timestamps._TIME_OF_DAY)
     plain = re.compile(r"\d{2}:\d{2}")  # no \s: passed to pandas as it is
-    assert data._regex_rows(text, plain, full=False).tolist() == [
+    assert _timestamps._regex_rows(text, plain, full=False).tolist() == [
         bool(plain.search(v)) for v in values
     ]
 
