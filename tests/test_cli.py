@@ -195,6 +195,38 @@ def test_train_help_runs_as_a_process(tmp_path: Path) -> None:
         assert flag in out.stdout
 
 
+@pytest.mark.parametrize(
+    ("argv", "choices"),
+    [
+        ([], "{train,resume,evaluate,"),
+        (["ensemble"], "{train,resume,evaluate}"),
+        (["data"], "{synth}"),
+    ],
+)
+def test_a_missing_command_is_named_by_its_choices(
+    argv: list[str], choices: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was named by argparse's dest ("ensemble_command"), a word no user typed, and the usage
+    line that lists the choices is not printed."""
+    from foxhunt.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"are required: {choices}" in err and "_command" not in err
+
+
+def test_total_steps_help_gives_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from foxhunt.cli import main
+    from foxhunt.runs import DEFAULT_TOTAL_STEPS
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"{DEFAULT_TOTAL_STEPS['trading']:,} for trading" in text
+    assert f"{DEFAULT_TOTAL_STEPS['gym']:,} for a Gymnasium env" in text
+
+
 def test_python_dash_m_foxhunt_is_the_command(tmp_path: Path) -> None:
     """``python -m foxhunt`` runs the CLI (exit codes and one-line errors included)."""
     path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])

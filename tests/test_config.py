@@ -481,6 +481,10 @@ def test_every_gymnasium_env_starts_from_the_classic_preset() -> None:
     # A flat run file's env and step budget are the run's: from_yaml takes the rest.
     shipped = Path(__file__).parents[1] / "configs" / "cartpole.yaml"
     assert DQNHyperparameters.from_yaml(shipped) == DQNHyperparameters.classic() == classic
+    # configs/trading.yaml is the preset too: it pinned the LR decay at 14 500 optimizer steps
+    # after the preset's decay came to follow the run's total (another --total-steps differed).
+    trading = Path(__file__).parents[1] / "configs" / "trading.yaml"
+    assert DQNHyperparameters.from_yaml(trading) == DQNHyperparameters.trading()
 
 
 def test_numpy_numbers_from_sweeps_are_the_numbers_they_hold():

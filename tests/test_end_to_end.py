@@ -131,6 +131,14 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert out["periods_per_year"] == ppy == out["metrics"]["agent"]["periods_per_year"]
     other = evaluate_run(run_dir, split="validation")
     assert other["periods_per_year"] == ppy
+    # Another split or model is reported beside the test span's, not over it (as a Gymnasium
+    # run's evaluation_best.json): a user comparing two keeps both.
+    best = evaluate_run(run_dir, split="test", model="best")
+    assert Path(other["report"]).parent == run_dir / "backtest_validation"
+    assert Path(best["report"]).parent == run_dir / "backtest_best"
+    assert "test span" in (report / "report.md").read_text()
+    assert "validation span" in (run_dir / "backtest_validation" / "report.md").read_text()
+    assert "best model" in (run_dir / "backtest_best" / "report.md").read_text()
     text = (report / "report.md").read_text()
     assert f"Annualised with {ppy:,.2f}".rstrip("0").rstrip(".") + " bars per year" in text
     assert "Definitions: returns are per-bar log returns net of costs" in text

@@ -133,7 +133,10 @@ def _add_spec_args(p: argparse.ArgumentParser, *, data_help: str) -> None:
         "total_env_steps); repeatable",
     )
     p.add_argument(
-        "--total-steps", type=_positive_int("--total-steps"), help="environment steps to train for"
+        "--total-steps",
+        type=_positive_int("--total-steps"),
+        help="environment steps to train for (default: the config file's total_env_steps, "
+        "else 60,000 for trading and 50,000 for a Gymnasium env)",
     )
 
 
@@ -186,12 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--data",
         type=_path("--data"),
-        help="evaluate on this OHLCV file instead of the run's market: the run's own bars "
-        "followed by new ones keep the spans, normalisation and detector as trained (the test "
-        "span runs on into the new bars); any other file is split and fitted on its own "
-        "training span, as in training",
+        help="(trading runs only) evaluate on this OHLCV file instead of the run's market: "
+        "the run's own bars followed by new ones keep the spans, normalisation and detector as "
+        "trained (the test span runs on into the new bars); any other file is split and fitted "
+        "on its own training span, as in training",
     )
-    e.add_argument("--split", help="train, validation, test or all (default test)")
+    e.add_argument(
+        "--split", help="train, validation, test or all (default test; trading runs only)"
+    )
     e.add_argument(
         "--model",
         default=None,
@@ -311,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--members",
         type=_positive_int("--members", most=1_000),
         default=5,
-        help="members (at least 2)",
+        help="members (at least 2; default 5)",
     )
     _add_spec_args(et, data_help=f"OHLCV file ({_DATA_KINDS}) to train the trading agents on")
     et.add_argument(
@@ -343,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="greedy episodes (Gymnasium envs only; default 10)",
     )
     _add_ensemble_policy_options(ee)
+    for commands in (sub, dsub, esub):  # a missing command is named by its choices, not dest
+        commands.metavar = "{" + ",".join(commands.choices) + "}"
     return p
 
 

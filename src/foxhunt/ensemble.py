@@ -714,5 +714,5 @@ def evaluate_ensemble(
     summary["ensemble"] = {**settings, "fallback_action": fallback_action, **rec.stats()}
     summary["members"] = members
     text = json.dumps(_jsonable(summary), indent=2, allow_nan=False)
-    atomic_write_text(run_dir / "backtest" / ENSEMBLE_FILE, text)
+    atomic_write_text(Path(summary["metrics_file"]).parent / ENSEMBLE_FILE, text)
     return summary

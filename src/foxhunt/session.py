@@ -1098,6 +1098,14 @@ def _warn_other_frequency(
         )
 
 
+def backtest_dir_name(model: str = "final", split: str = "test") -> str:
+    """The folder of a trading run's backtest: ``backtest`` for the final model on the test
+    span, with the model and the split appended where they differ (``backtest_best_validation``)."""
+    return "_".join(
+        ["backtest"] + ([model] if model != "final" else []) + ([split] if split != "test" else [])
+    )
+
+
 def backtest_run(
     run_dir: Path,
     spec: RunSpec,
@@ -1114,7 +1122,10 @@ def backtest_run(
 
     ``setup`` is the run's market when the caller already built it (an ensemble backtests its
     members on the same one), so the detector is not fitted twice. ``model`` names the weights
-    in the report: ``backtest/`` holds the latest backtest, whichever model, split or data.
+    in the report. The report goes to ``backtest/`` for the final model on the test span, and
+    beside it for another model or split (``backtest_best/``, ``backtest_validation/``,
+    ``backtest_latest_all/``), as a Gymnasium run's ``evaluation_best.json`` does: comparing
+    two of them keeps both. Another ``--data`` replaces the same model and split's report.
     """
     from foxhunt import backtest as bt
     from foxhunt.runs import build_trading
@@ -1155,7 +1166,7 @@ def backtest_run(
         # the next split's first: never the window's warm-up bars borrowed from the split
         # before): the bars the per-regime tables label.
         accuracy = regime_accuracy(agent_res.detected_regimes, agent_res.true_regimes)
-    out_dir = run_dir / "backtest"
+    out_dir = run_dir / backtest_dir_name(model, split)
     model_note = "" if model == "final" else f", {model} model"
     files = bt.write_report(
         out_dir,
