@@ -581,3 +581,26 @@ def test_a_halted_run_keeps_why_and_its_report_says_so(tmp_path: Path) -> None:
     # record goes.
     resume_training(run, total_steps=60, progress=False)
     assert (run / "summary.json").is_file() and not (run / "halted.json").exists()
+
+
+def test_a_run_halted_before_any_checkpoint_says_why_it_has_nothing(tmp_path: Path) -> None:
+    """With checkpoint_interval 0 (the default) a run halted part way keeps no checkpoint and no
+    model: resume and evaluate said only that those were missing, not why, nor what keeps one."""
+    from foxhunt.errors import FoxhuntError
+    from foxhunt.runs import build_spec
+    from foxhunt.session import evaluate_run, resume_training, run_training
+
+    overrides = {"hidden_sizes": [16], "learning_starts": 64, "batch_size": 16, "train_freq": 4,
+                 "log_interval": 50, "eval_interval": 0, "q_divergence_bound": 1e-6}  # fmt: skip
+    spec = build_spec(env="CartPole-v1", overrides=overrides, total_steps=200)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingHalted):
+        run_training(spec, run, progress=False)
+    assert not (run / "checkpoints").exists() and (run / "halted.json").is_file()
+    why = r"\(a health monitor stopped the run before any checkpoint: .*halted\.json says why; "
+    with pytest.raises(FoxhuntError, match=r"no checkpoint to resume from .*" + why):
+        resume_training(run, total_steps=300, progress=False)
+    with pytest.raises(
+        FoxhuntError, match=r"model\.json is missing " + why + "checkpoint_interval"
+    ):
+        evaluate_run(run)

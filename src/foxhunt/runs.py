@@ -46,6 +46,7 @@ from foxhunt.errors import ConfigError, DataError, FoxhuntError
 
 PRESETS = ("classic", "default", "conservative", "rainbow", "cartpole", "trading")
 DEFAULT_TOTAL_STEPS = {"trading": 60_000, "gym": 50_000}
+HALTED_FILE = "halted.json"  # why a health monitor stopped the run (report.py reads it)
 
 log = logging.getLogger(__name__)
 
@@ -1130,6 +1131,19 @@ _MODEL_DIMS = {"obs_dim": 1, "n_actions": 1, "n_regimes": 0}
 """model.json's integer fields and their smallest valid values."""
 
 
+def halted_hint(run_dir: Path) -> str:
+    """Why a run has neither model nor checkpoint, when a health monitor stopped it before any
+    checkpoint was written (``checkpoint_interval`` 0, the default: only the end and a stop
+    signal save one); empty otherwise."""
+    halted = run_dir / HALTED_FILE
+    if not halted.is_file():
+        return ""
+    return (
+        f" (a health monitor stopped the run before any checkpoint: {halted} says why; "
+        "checkpoint_interval keeps checkpoints to go back to)"
+    )
+
+
 def _is_positive_int(value: Any) -> bool:
     return type(value) is int and value >= 1  # bool is an int subclass
 
@@ -1191,7 +1205,7 @@ def load_model(run_dir: str | Path, which: str = "final") -> Any:
                 f" (training stopped early: `{resume}`; --model latest takes its latest "
                 "checkpoint's weights)"
                 if unfinished
-                else ""
+                else halted_hint(run_dir)
             )
             raise FoxhuntError(f"run directory has no trained model: {p} is missing{hint}")
     _warn_checkpoint_past_model(run_dir)

@@ -25,10 +25,12 @@ from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line
 from foxhunt.learner import DQNAgent
 from foxhunt.logging import say
 from foxhunt.runs import (
+    HALTED_FILE,
     RunSpec,
     TradingSetup,
     check_split,
     data_path,
+    halted_hint,
     load_model,
     load_spec,
     make_envs,
@@ -173,9 +175,6 @@ def _finished(run_dir: Path, trainer: DQNTrainer) -> bool:
     if not all((run_dir / n).is_file() for n in ("model.json", "model.safetensors")):
         return False
     return summary_env_steps(run_dir) == trainer.env_steps
-
-
-HALTED_FILE = "halted.json"  # why a health monitor stopped the run (report.py reads it)
 
 
 def _finish(trainer: DQNTrainer, run_dir: Path, summary: dict[str, Any], spec: RunSpec) -> None:
@@ -378,7 +377,9 @@ def _latest_checkpoint(
             reasons = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
             if reasons:
                 raise CheckpointError(reasons[-1]) from None
-            raise CheckpointError(f"no checkpoint {purpose} in {manager.checkpoints_dir}") from None
+            raise CheckpointError(
+                f"no checkpoint {purpose} in {manager.checkpoints_dir}{halted_hint(run_dir)}"
+            ) from None
     for w in caught:
         log.warning("%s", w.message)
     return tensors, state, path
