@@ -288,6 +288,71 @@ def build_spec(
         )
     overrides = dict(overrides or {})
     data = data_path(data, "data")
+    overrides, total_steps = _normalise_overrides(overrides, seed, total_steps)
+    file_hp, file_run = _read_config_file(config_file)
+    if env is None:
+        env = file_run.get("env")
+    trading = env is None
+    _check_scope(env, data, overrides, file_run)
+    if preset_name is None:
+        preset_name = default_preset(trading)
+    env_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("env_kwargs.")}
+    trading_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("trading.")}
+    market_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("market.")}
+    hp_over = {k: v for k, v in overrides.items() if "." not in k}
+    if seed is not None:
+        hp_over["seed"] = seed
+    if not trading and preset_name == "trading":
+        raise ConfigError(
+            f"--preset trading is for the trading environment (its network reads market "
+            f"regimes), got it with --env {env!r}; use one of "
+            f"{', '.join(p for p in PRESETS if p != 'trading')}"
+        )
+    hp = preset(preset_name, **{**file_hp, **hp_over})
+    if not trading and hp.regime_conditional:
+        source = "--set" if "regime_conditional" in hp_over else config_file
+        raise ConfigError(
+            f"regime_conditional: true (from {source}) needs the trading environment's market "
+            f"regimes, got --env {env!r}"
+        )
+    if total_steps is not None:
+        steps = total_steps
+    elif "total_env_steps" in file_run:
+        steps = file_run["total_env_steps"]  # RunSpec refuses 0, negatives, text and booleans
+    else:
+        steps = DEFAULT_TOTAL_STEPS["trading" if trading else "gym"]
+    market_spec = _market_spec(file_run, market_over, data)
+    try:
+        spec = RunSpec(
+            env=env,
+            env_kwargs={**(file_run.get("env_kwargs") or {}), **env_over},
+            market=market_spec,
+            trading={**(file_run.get("trading") or {}), **trading_over},
+            total_env_steps=steps,
+            hyperparameters=hp,
+        )
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+    hp.check_new()
+    if hp.n_envs > spec.total_env_steps:  # checked for new runs only: old ones still load
+        raise ConfigError(
+            f"n_envs ({hp.n_envs}) exceeds total_env_steps ({spec.total_env_steps}): one vector "
+            "step takes a step in every env"
+        )
+    if trading:
+        config = spec.trading_config()  # validate now, before anything is written
+        config.check_new()
+        given = spec.trading.get("random_start", True)
+        if not isinstance(given, bool):  # lax for recorded runs, which stored 0.0 as written
+            raise ConfigError(f"trading.random_start must be true or false, got: {given!r}")
+    return spec
+
+
+def _normalise_overrides(
+    overrides: dict[str, Any], seed: int | None, total_steps: int | None
+) -> tuple[dict[str, Any], int | None]:
+    """``--set`` overrides as flat ``section.key`` names, the run-level ones checked against their
+    flags; returns them without ``total_env_steps`` and the total it gave."""
     for section in ("env_kwargs", "market", "trading"):  # --set 'env_kwargs={map_name: 8x8}'
         whole = overrides.pop(section, None)
         if isinstance(whole, dict):
@@ -323,6 +388,12 @@ def build_spec(
     if total_steps is None and "total_env_steps" in overrides:
         total_steps = overrides["total_env_steps"]
     overrides.pop("total_env_steps", None)
+    return overrides, total_steps
+
+
+def _read_config_file(config_file: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A config file's hyperparameters and its run-level sections (a relative market.data
+    resolved against the file)."""
     file_hp: dict[str, Any] = {}
     file_run: dict[str, Any] = {}
     if config_file is not None:
@@ -340,8 +411,13 @@ def build_spec(
                 resolved = _absolute(Path(config_file).parent / data_in_file)
                 file_run["market"] = {**file_run["market"], "data": resolved}
         _check_section_keys(file_run, config_file)
-    if env is None:
-        env = file_run.get("env")
+    return file_hp, file_run
+
+
+def _check_scope(
+    env: str | None, data: str | None, overrides: dict[str, Any], file_run: dict[str, Any]
+) -> None:
+    """Settings of the trading environment given with a Gymnasium env, and the reverse."""
     if env is not None and data is not None:
         raise ConfigError(f"--data applies to the trading environment, got it with --env {env!r}")
     trading = env is None
@@ -360,32 +436,18 @@ def build_spec(
             raise ConfigError(
                 f"{what} applies to the trading environment, got it with --env {env!r}"
             )
-    if preset_name is None:
-        preset_name = default_preset(trading)
-    trading_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("trading.")}
-    market_over = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("market.")}
-    hp_over = {k: v for k, v in overrides.items() if "." not in k}
     for k in overrides:
         if "." in k and not k.startswith(("trading.", "market.", "env_kwargs.")):
             raise ConfigError(
                 f"unknown setting {k!r} (use a hyperparameter name, trading.X, market.X or "
                 "env_kwargs.X)"
             )
-    if seed is not None:
-        hp_over["seed"] = seed
-    if not trading and preset_name == "trading":
-        raise ConfigError(
-            f"--preset trading is for the trading environment (its network reads market "
-            f"regimes), got it with --env {env!r}; use one of "
-            f"{', '.join(p for p in PRESETS if p != 'trading')}"
-        )
-    hp = preset(preset_name, **{**file_hp, **hp_over})
-    if not trading and hp.regime_conditional:
-        source = "--set" if "regime_conditional" in hp_over else config_file
-        raise ConfigError(
-            f"regime_conditional: true (from {source}) needs the trading environment's market "
-            f"regimes, got --env {env!r}"
-        )
+
+
+def _market_spec(
+    file_run: dict[str, Any], market_over: dict[str, Any], data: str | None
+) -> MarketSpec:
+    """The market: the config file's section, then ``--set market.X``, then ``--data``."""
     market = {**(file_run.get("market") or {}), **market_over}
     if data is not None and market_over.get("data") not in (None, data):
         raise ConfigError(
@@ -399,12 +461,6 @@ def build_spec(
         # Absolute (relative to where the command ran): `foxhunt evaluate` and `resume` may run
         # from another directory. A config file's own relative path was resolved against it above.
         market["data"] = _absolute(Path(market["data"]))
-    if total_steps is not None:
-        steps = total_steps
-    elif "total_env_steps" in file_run:
-        steps = file_run["total_env_steps"]  # RunSpec refuses 0, negatives, text and booleans
-    else:
-        steps = DEFAULT_TOTAL_STEPS["trading" if trading else "gym"]
     try:
         market_spec = MarketSpec(**market)
     except ValidationError as err:
@@ -417,30 +473,7 @@ def build_spec(
             f"market.synthetic_seed applies to the synthetic market and does nothing with "
             f"market.data {market_spec.data}, got: {market_spec.synthetic_seed} (drop one)"
         )
-    try:
-        spec = RunSpec(
-            env=env,
-            env_kwargs={**(file_run.get("env_kwargs") or {}), **env_over},
-            market=market_spec,
-            trading={**(file_run.get("trading") or {}), **trading_over},
-            total_env_steps=steps,
-            hyperparameters=hp,
-        )
-    except ValidationError as err:
-        raise ConfigError(_format_validation_error(err)) from None
-    hp.check_new()
-    if hp.n_envs > spec.total_env_steps:  # checked for new runs only: old ones still load
-        raise ConfigError(
-            f"n_envs ({hp.n_envs}) exceeds total_env_steps ({spec.total_env_steps}): one vector "
-            "step takes a step in every env"
-        )
-    if trading:
-        config = spec.trading_config()  # validate now, before anything is written
-        config.check_new()
-        given = spec.trading.get("random_start", True)
-        if not isinstance(given, bool):  # lax for recorded runs, which stored 0.0 as written
-            raise ConfigError(f"trading.random_start must be true or false, got: {given!r}")
-    return spec
+    return market_spec
 
 
 def _check_section_keys(file_run: dict[str, Any], config_file: str | Path) -> None:
