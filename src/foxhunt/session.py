@@ -765,6 +765,83 @@ def next_position(
     from foxhunt.runs import build_trading, data_path
 
     run_dir = Path(run_dir)
+    is_ensemble, spec, held = _next_position_options(
+        run_dir, model, held, risk_aversion, max_std, fallback_action
+    )
+    positions = spec.trading_config().positions
+    recorded = read_data_record(run_dir)
+    path = data_path(data, "data")
+    if path is not None and recorded is None:  # a run from before data.json: nothing to match
+        raise ConfigError(
+            f"data {path} does not start with the bars the run trained on (it has no data.json "
+            "record to match): pass the run's data grown by the new bars (the whole history)"
+        )
+    recorder = None
+    if is_ensemble:  # its options checked before the data is read
+        from foxhunt.ensemble import QEnsemble, _Recorder, flat_action
+
+        ensemble = QEnsemble.load(run_dir)
+        if fallback_action is None:
+            fallback_action = flat_action(positions, max_std)
+        recorder = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
+    # Read once: the market build checks the file continues the run's data (else refuses it).
+    setup = build_trading(spec, data_override=path, recorded=recorded, continuing=True)
+    span = setup.span("test")
+    if recorder is not None:
+        act: Callable[[Any], int] = recorder
+        fits = _model_fits(recorder.ensemble.agents[0], run_dir / recorder.ensemble.names[0])
+    else:
+        agent = load_model(run_dir, model)  # warns when there is no best to load
+        act, fits = model_policy(agent), _model_fits(agent, run_dir)
+        model = _weights_used(run_dir, model)
+    env = TradingEnv(span, setup.config, eval_mode=True)
+    fits(env, "the trading env")
+    obs, replayed = _position_into_last_bar(env, act, held, run_dir)
+    action = act(obs)
+    timestamps = span.timestamps
+    # Bars after those the run trained on: 0 is the last trained bar's decision again, which a
+    # daily job whose feed failed to append would otherwise take for today's.
+    new_bars = None if recorded is None else len(setup.market) - int(recorded["rows"])
+    if new_bars == 0:
+        log.warning(
+            "%s holds no bars after those the run trained on: this is the decision at its last "
+            "trained bar (%s)",
+            path or "the run's data",
+            pd.Timestamp(timestamps[-1]) if timestamps is not None else "?",
+        )
+    out = {
+        "timestamp": str(pd.Timestamp(timestamps[-1])) if timestamps is not None else None,
+        "new_bars": new_bars,
+        "action": action,
+        "position": float(positions[action]),
+        "held": replayed,
+        "regime_probabilities": [float(p) for p in span.regime_probs[-1]],
+        "model": model,
+    }
+    if recorder is not None:  # the last decision's uncertainty, as ensemble evaluate reports it
+        out["ensemble"] = {
+            "members": list(recorder.ensemble.names),
+            "risk_aversion": float(risk_aversion),  # NumPy scalars are accepted: plain here
+            "max_std": None if max_std is None else float(max_std),
+            "fallback_action": None if fallback_action is None else int(fallback_action),
+            "chosen_std": recorder.chosen_std[-1],
+            "mean_std": recorder.mean_std[-1],
+            "disagreement": recorder.disagreement[-1],
+            "fell_back": recorder.fell_back[-1],
+        }
+    return out
+
+
+def _next_position_options(
+    run_dir: Path,
+    model: str,
+    held: float | None,
+    risk_aversion: float,
+    max_std: float | None,
+    fallback_action: int | None,
+) -> tuple[bool, RunSpec, float | None]:
+    """next_position's options checked against the run before any data is read: (whether it is
+    an ensemble, its spec, ``held`` as the run's own position value)."""
     is_ensemble = (run_dir / "ensemble.json").is_file()
     if is_ensemble and model != "final":
         raise ConfigError(
@@ -801,33 +878,15 @@ def next_position(
         )
     if held is not None:  # the run's own value (-0.0 is flat, 0.0)
         held = float(positions[list(positions).index(held)])
-    recorded = read_data_record(run_dir)
-    path = data_path(data, "data")
-    if path is not None and recorded is None:  # a run from before data.json: nothing to match
-        raise ConfigError(
-            f"data {path} does not start with the bars the run trained on (it has no data.json "
-            "record to match): pass the run's data grown by the new bars (the whole history)"
-        )
-    recorder = None
-    if is_ensemble:  # its options checked before the data is read
-        from foxhunt.ensemble import QEnsemble, _Recorder, flat_action
+    return is_ensemble, spec, held
 
-        ensemble = QEnsemble.load(run_dir)
-        if fallback_action is None:
-            fallback_action = flat_action(positions, max_std)
-        recorder = _Recorder(ensemble, risk_aversion, fallback_action, max_std)
-    # Read once: the market build checks the file continues the run's data (else refuses it).
-    setup = build_trading(spec, data_override=path, recorded=recorded, continuing=True)
-    span = setup.span("test")
-    if recorder is not None:
-        act: Callable[[Any], int] = recorder
-        fits = _model_fits(recorder.ensemble.agents[0], run_dir / recorder.ensemble.names[0])
-    else:
-        agent = load_model(run_dir, model)  # warns when there is no best to load
-        act, fits = model_policy(agent), _model_fits(agent, run_dir)
-        model = _weights_used(run_dir, model)
-    env = TradingEnv(span, setup.config, eval_mode=True)
-    fits(env, "the trading env")
+
+def _position_into_last_bar(
+    env: Any, act: Callable[[Any], int], held: float | None, run_dir: Path
+) -> tuple[Any, float]:
+    """The last bar's observation and the position held into it: ``held`` as given, or the
+    policy's own, replayed from the start of the span."""
+    positions = env.config.positions
     obs, info = env.reset()
     if held is not None:
         # Features and regimes do not depend on the positions taken: the last bar's
@@ -850,39 +909,7 @@ def next_position(
                 "position actually held) to decide from it"
             )
         replayed = float(info["position"])
-    action = act(obs)
-    timestamps = span.timestamps
-    # Bars after those the run trained on: 0 is the last trained bar's decision again, which a
-    # daily job whose feed failed to append would otherwise take for today's.
-    new_bars = None if recorded is None else len(setup.market) - int(recorded["rows"])
-    if new_bars == 0:
-        log.warning(
-            "%s holds no bars after those the run trained on: this is the decision at its last "
-            "trained bar (%s)",
-            path or "the run's data",
-            pd.Timestamp(timestamps[-1]) if timestamps is not None else "?",
-        )
-    out = {
-        "timestamp": str(pd.Timestamp(timestamps[-1])) if timestamps is not None else None,
-        "new_bars": new_bars,
-        "action": action,
-        "position": float(positions[action]),
-        "held": replayed,
-        "regime_probabilities": [float(p) for p in span.regime_probs[-1]],
-        "model": model,
-    }
-    if recorder is not None:  # the last decision's uncertainty, as ensemble evaluate reports it
-        out["ensemble"] = {
-            "members": list(recorder.ensemble.names),
-            "risk_aversion": float(risk_aversion),  # NumPy scalars are accepted: plain here
-            "max_std": None if max_std is None else float(max_std),
-            "fallback_action": None if fallback_action is None else int(fallback_action),
-            "chosen_std": recorder.chosen_std[-1],
-            "mean_std": recorder.mean_std[-1],
-            "disagreement": recorder.disagreement[-1],
-            "fell_back": recorder.fell_back[-1],
-        }
-    return out
+    return obs, replayed
 
 
 def _weights_used(run_dir: Path, model: str) -> str:
