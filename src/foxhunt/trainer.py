@@ -361,6 +361,72 @@ class DQNTrainer:
         """Everything after the training envs exist: evaluation env, agent, replay, state."""
         obs_space = self.envs.single_observation_space
         act_space = self.envs.single_action_space
+        self._setup_eval_env(hp, env, eval_env)
+        self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
+        self.agent.env_interface = EnvInterface.from_metadata(self.envs.metadata)
+        shape, layout = self.agent.obs_shape, image_layout(self.agent.obs_shape)
+        pixels = self.agent.env_interface.scale is not None  # uint8 Box(0, 255)
+        if hp.torso == "mlp" and layout and min(layout[1:3]) >= 36 and (len(shape) == 3 or pixels):
+            log.warning(
+                "observations of shape %s go flattened into the MLP's first layer (%d inputs): "
+                "for images, torso=cnn reads them with the Nature DQN convolutions",
+                self.agent.obs_shape,
+                self.agent.obs_dim,
+            )
+        self.device = self.agent.device
+        self._counterfactual_envs = self._augmentation_envs() if hp.action_augmentation else None
+        self.dist = distributed.current()
+        if self.dist.enabled:
+            # Each rank explores and samples differently; the model starts identical (DDP
+            # broadcasts rank 0's weights) and every rank applies the same averaged gradient.
+            self.agent.rng = np.random.default_rng([hp.seed, self.dist.rank, 104729])
+            ids = [self.dist.local_rank] if self.device.type == "cuda" else None
+            self.agent.enable_data_parallel(device_ids=ids)
+        self.replay = self._make_replay(hp, obs_space)
+        self._warn_memory()
+        self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs)
+        self.health = HealthMonitor(hp)
+        # Loop state (all checkpointed).
+        self.env_steps = 0
+        self.episodes = 0
+        self.total_env_steps = 0
+        self.last_eval_return: float | None = None
+        self.best_eval_return: float | None = None
+        self.eval_history: list[tuple[int, float]] = []
+        self._eval_seconds = 0.0  # in periodic evaluations, during the current learn()
+        self._loop_iterations = 0  # data-parallel ranks share stop requests every 16 of them
+        self._callback_stop = False  # a learn() callback asked to end (data parallel)
+        self._obs: np.ndarray | None = None
+        self._stale_obs: np.ndarray | None = None  # where envs stood before a fresh-reset resume
+        self._ep_return = np.zeros(hp.n_envs, dtype=np.float64)
+        self._ep_length = np.zeros(hp.n_envs, dtype=np.int64)
+        self._window = MetricsWindow()
+        self._train_rounds = 0
+        self._next_log = hp.log_interval
+        self._next_eval = hp.eval_interval if hp.eval_interval else math.inf
+        self._next_ckpt = hp.checkpoint_interval if hp.checkpoint_interval else math.inf
+        self._checkpointer: Any | None = None
+        # The last save: (checkpointer, env steps, optimizer steps) and the path it returned.
+        self._saved_at: tuple[tuple[Any, int, int], Path | None] | None = None
+        self._pending_eval: float | None = None
+        self._interrupt_requested = 0
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self._t_origin: float | None = None  # the first learn() call's start: time_s's 0
+        self._t_paused: float | None = None  # when the last learn() call returned
+        log.info(
+            "effective batch size %d (batch_size %d x gradient_accumulation_steps %d)",
+            hp.effective_batch_size,
+            hp.batch_size,
+            hp.gradient_accumulation_steps,
+        )
+
+    def _setup_eval_env(
+        self, hp: DQNHyperparameters, env: EnvLike, eval_env: EnvLike | None
+    ) -> None:
+        """The evaluation env (made now, or its maker for the first evaluation), refused where
+        it would share the training instance or has other spaces."""
+        obs_space = self.envs.single_observation_space
+        act_space = self.envs.single_action_space
         if eval_env is env and isinstance(env, gym.Env):
             eval_env = None  # the training instance itself: evaluate on a copy, as below
         elif (
@@ -398,26 +464,9 @@ class DQNTrainer:
                     f"eval_env must have the training env's spaces: observations {obs_space} "
                     f"and actions {act_space}, got {ev_obs} and {ev_act}"
                 )
-        self.agent = DQNAgent(obs_space, act_space, hp, n_regimes=n_regimes_of(self.envs))
-        self.agent.env_interface = EnvInterface.from_metadata(self.envs.metadata)
-        shape, layout = self.agent.obs_shape, image_layout(self.agent.obs_shape)
-        pixels = self.agent.env_interface.scale is not None  # uint8 Box(0, 255)
-        if hp.torso == "mlp" and layout and min(layout[1:3]) >= 36 and (len(shape) == 3 or pixels):
-            log.warning(
-                "observations of shape %s go flattened into the MLP's first layer (%d inputs): "
-                "for images, torso=cnn reads them with the Nature DQN convolutions",
-                self.agent.obs_shape,
-                self.agent.obs_dim,
-            )
-        self.device = self.agent.device
-        self._counterfactual_envs = self._augmentation_envs() if hp.action_augmentation else None
-        self.dist = distributed.current()
-        if self.dist.enabled:
-            # Each rank explores and samples differently; the model starts identical (DDP
-            # broadcasts rank 0's weights) and every rank applies the same averaged gradient.
-            self.agent.rng = np.random.default_rng([hp.seed, self.dist.rank, 104729])
-            ids = [self.dist.local_rank] if self.device.type == "cuda" else None
-            self.agent.enable_data_parallel(device_ids=ids)
+
+    def _make_replay(self, hp: DQNHyperparameters, obs_space: gym.Space) -> ReplayBuffer:
+        """The replay buffer (prioritized or uniform), each rank seeded apart."""
         replay_device = self.device if hp.replay_on_device else torch.device("cpu")
         obs_shape = tuple(obs_space.shape)
         # Pixels are stored as their uint8 levels (a quarter of the memory, the same values).
@@ -425,7 +474,7 @@ class DQNTrainer:
         if obs_space != gym.spaces.Box(0.0, 1.0, obs_space.shape, np.float32):
             obs_scale = None  # a wrapper reshaped the scaled pixels: store what it gives
         if hp.prioritized_replay:
-            self.replay: ReplayBuffer = PrioritizedReplayBuffer(
+            return PrioritizedReplayBuffer(
                 hp.buffer_capacity,
                 obs_shape,
                 obs_scale=obs_scale,
@@ -434,49 +483,12 @@ class DQNTrainer:
                 device=replay_device,
                 seed=hp.seed + 7 * self.dist.rank,
             )
-        else:
-            self.replay = ReplayBuffer(
-                hp.buffer_capacity,
-                obs_shape,
-                obs_scale=obs_scale,
-                device=replay_device,
-                seed=hp.seed + 7 * self.dist.rank,
-            )
-        self._warn_memory()
-        self.nstep = NStepAccumulator(hp.n_step, hp.gamma, hp.n_envs)
-        self.health = HealthMonitor(hp)
-        # Loop state (all checkpointed).
-        self.env_steps = 0
-        self.episodes = 0
-        self.total_env_steps = 0
-        self.last_eval_return: float | None = None
-        self.best_eval_return: float | None = None
-        self.eval_history: list[tuple[int, float]] = []
-        self._eval_seconds = 0.0  # in periodic evaluations, during the current learn()
-        self._loop_iterations = 0  # data-parallel ranks share stop requests every 16 of them
-        self._callback_stop = False  # a learn() callback asked to end (data parallel)
-        self._obs: np.ndarray | None = None
-        self._stale_obs: np.ndarray | None = None  # where envs stood before a fresh-reset resume
-        self._ep_return = np.zeros(hp.n_envs, dtype=np.float64)
-        self._ep_length = np.zeros(hp.n_envs, dtype=np.int64)
-        self._window = MetricsWindow()
-        self._train_rounds = 0
-        self._next_log = hp.log_interval
-        self._next_eval = hp.eval_interval if hp.eval_interval else math.inf
-        self._next_ckpt = hp.checkpoint_interval if hp.checkpoint_interval else math.inf
-        self._checkpointer: Any | None = None
-        # The last save: (checkpointer, env steps, optimizer steps) and the path it returned.
-        self._saved_at: tuple[tuple[Any, int, int], Path | None] | None = None
-        self._pending_eval: float | None = None
-        self._interrupt_requested = 0
-        self.best_state: dict[str, torch.Tensor] | None = None
-        self._t_origin: float | None = None  # the first learn() call's start: time_s's 0
-        self._t_paused: float | None = None  # when the last learn() call returned
-        log.info(
-            "effective batch size %d (batch_size %d x gradient_accumulation_steps %d)",
-            hp.effective_batch_size,
-            hp.batch_size,
-            hp.gradient_accumulation_steps,
+        return ReplayBuffer(
+            hp.buffer_capacity,
+            obs_shape,
+            obs_scale=obs_scale,
+            device=replay_device,
+            seed=hp.seed + 7 * self.dist.rank,
         )
 
     # --- schedules (environment steps)
