@@ -500,6 +500,12 @@ class DQNHyperparameters(BaseModel):
         """Samples per optimizer step: batch_size * gradient_accumulation_steps."""
         return self.batch_size * self.gradient_accumulation_steps
 
+    @property
+    def decays_over_run(self) -> bool:
+        """A linear/cosine LR decay whose length is the run's (``lr_decay_steps`` None): the
+        trainer plans it from the total, and a new total re-plans it."""
+        return self.lr_decay_steps is None and self.lr_schedule in ("linear", "cosine")
+
     def replace(self, **changes: Any) -> DQNHyperparameters:
         """A validated copy with some fields changed."""
         return type(self)(**{**self.model_dump(), **changes})

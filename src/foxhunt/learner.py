@@ -616,7 +616,7 @@ class DQNAgent:
         """With ``lr_decay_steps`` None: make the linear/cosine decay end at the last of a run's
         ``updates`` optimizer steps (counted from the start of training, so a resume with the
         same total continues the same schedule). The next step's rate follows at once."""
-        if self.hp.lr_decay_steps is not None or self.hp.lr_schedule not in ("linear", "cosine"):
+        if not self.hp.decays_over_run:
             return
         length = self._decay_length(updates)
         if length == self.lr_decay_steps:
@@ -638,7 +638,7 @@ class DQNAgent:
     def _require_decay_length(self) -> None:
         """Before a step: a decay over "the run" needs the run's length, which a trainer gives
         (an agent stepped by the user's own loop has none)."""
-        if self.lr_decay_steps is None and self.hp.lr_schedule in ("linear", "cosine"):
+        if self.hp.decays_over_run and self.lr_decay_steps is None:
             raise ConfigError(
                 f"lr_decay_steps must be set to step an agent outside DQNTrainer.learn with "
                 f"lr_schedule={self.hp.lr_schedule!r}, got: None (None means the run's length, "

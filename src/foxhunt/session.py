@@ -517,7 +517,7 @@ def _warn_schedule_change(trainer: DQNTrainer, total: int) -> None:
     after = (trainer.epsilon, trainer.beta)
     trainer.total_env_steps = own
     hp = trainer.hp
-    if hp.lr_decay_steps is None and hp.lr_schedule in ("linear", "cosine"):
+    if hp.decays_over_run:
         ends = [planned_updates(0, t, hp) for t in (own, total)]
         if ends[0] != ends[1]:
             agent = trainer.agent
