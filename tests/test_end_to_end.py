@@ -139,6 +139,13 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     assert "test span" in (report / "report.md").read_text()
     assert "validation span" in (run_dir / "backtest_validation" / "report.md").read_text()
     assert "best model" in (run_dir / "backtest_best" / "report.md").read_text()
+    # Named after the model asked for, as evaluation_best.json is: the final weights standing in
+    # for missing best ones do not replace the final model's own report.
+    (run_dir / "best_model.safetensors").rename(run_dir / "kept.safetensors")
+    stand_in = evaluate_run(run_dir, split="test", model="best")
+    (run_dir / "kept.safetensors").rename(run_dir / "best_model.safetensors")
+    assert stand_in["model_requested"] == "best" and stand_in["model"] == "final"
+    assert Path(stand_in["report"]).parent == run_dir / "backtest_best"
     text = (report / "report.md").read_text()
     assert f"Annualised with {ppy:,.2f}".rstrip("0").rstrip(".") + " bars per year" in text
     assert "Definitions: returns are per-bar log returns net of costs" in text

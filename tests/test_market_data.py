@@ -1695,6 +1695,74 @@ def test_whole_epoch_times_are_not_taken_for_rounded_ones(tmp_path):
     assert list(df.index) == list(pd.date_range("2024-01-01", periods=5, freq="h"))
 
 
+def test_an_unnamed_time_column_after_the_date_is_read(tmp_path, caplog):
+    """backtrader's minute files name seven columns and write eight: the time of day after the
+    date has no name. Refused as "an unquoted ',' inside a value?", which sent the user
+    looking for a quoting problem the file does not have."""
+    text = (
+        "Date,Open,High,Low,Close,Volume,OpenInterest\n"
+        "2006-01-02,09:01:00,3602.00,3603.00,3597.00,3599.00,5699,0\n"
+        "2006-01-02,09:02:00,3600.00,3601.00,3598.00,3599.00,894,0\n"
+        "2006-01-02,09:03:00,3599.00,3602.00,3598.00,3600.00,883,0\n"
+    )
+    with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+        df = load_ohlcv(write(tmp_path, text, "2006-01-02-volume-min-001.txt"))
+    assert list(df.index) == list(pd.date_range("2006-01-02 09:01", periods=3, freq="min"))
+    assert df.iloc[0].tolist() == [3602.0, 3603.0, 3597.0, 3599.0, 5699.0]
+    assert "a time of day after 'Date' that the header does not name" in caplog.text
+    # One row without the time: not that layout, and still refused by its line.
+    broken = text.replace("2006-01-02,09:02:00,", "2006-01-02,")
+    with pytest.raises(DataError, match=r"line 2: 8 fields but the header has 7"):
+        load_ohlcv(write(tmp_path, broken))
+
+
+def test_ticks_and_quotes_are_told_they_are_not_bars(tmp_path):
+    """A trade file (one price per row, several rows at one time) and a bid/ask file were
+    refused as unsorted or column-less, without saying what to make of them."""
+    ticks = (
+        "Datetime,Open,High,Low,Close,Volume\n"
+        "2015-09-23T20:57:42.146,3067,3067,3067,3067,180\n"
+        "2015-09-23T20:57:46.151,3066,3066,3066,3066,2\n"
+        "2015-09-23T20:57:46.151,3066,3066,3066,3066,5\n"
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, ticks))
+    assert_one_line(err, "row 3", "duplicates row 2", "ticks, one price per row?", "resample")
+    quotes = (
+        "TIMESTAMP,BID,ASK\n02/03/2010 16:53:50,0.5346,0.5347\n02/03/2010 16:53:51,0.5343,0.5347\n"
+    )
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, quotes, "quotes.csv"))
+    assert_one_line(err, "missing column(s) open, high, low, close", "bid/ask quotes are not bars")
+
+
+def test_bars_dated_at_local_midnight_keep_their_dates(tmp_path):
+    """yfinance writes daily and weekly bars as local midnight with an offset. Converted to
+    UTC, Tokyo's 4 January was dated 3 January 15:00 (a holiday there), and London's weekly
+    Mondays fell on Sunday 23:00 in summer weeks only. Times of day are still converted."""
+    tokyo = ["2022-01-04 00:00:00+09:00", "2022-01-05 00:00:00+09:00", "2022-01-06 00:00:00+09:00"]
+    df = load_ohlcv(write(tmp_path, bars(tokyo, "Datetime,Open,High,Low,Close,Volume")))
+    assert list(df.index) == list(pd.date_range("2022-01-04", periods=3, freq="D"))
+    london = ["2022-03-21 00:00:00+00:00", "2022-03-28 00:00:00+01:00", "2022-04-04T00:00+01:00"]
+    df = load_ohlcv(write(tmp_path, bars(london), "weekly.csv"))
+    assert list(df.index) == list(pd.date_range("2022-03-21", periods=3, freq="7D"))
+    # A DataFrame or Parquet file with a zone-aware index (yfinance's history() itself).
+    idx = pd.date_range("2022-03-25", periods=5, freq="D", tz="Europe/London")
+    frame = pd.DataFrame(
+        {"open": 1.0, "high": 1.1, "low": 0.9, "close": 1.0, "volume": 1.0}, index=idx
+    )
+    assert list(load_ohlcv(frame).index) == list(pd.date_range("2022-03-25", periods=5))
+    hourly = frame.set_axis(pd.date_range("2022-03-25 09:00", periods=5, freq="h", tz="Asia/Tokyo"))
+    assert load_ohlcv(hourly).index[0] == pd.Timestamp("2022-03-25 00:00")  # in UTC, as before
+    intraday = [
+        "2024-01-02 00:00:00+09:00",
+        "2024-01-02 01:00:00+09:00",
+        "2024-01-02 02:00:00+09:00",
+    ]
+    df = load_ohlcv(write(tmp_path, bars(intraday), "hourly.csv"))
+    assert df.index[0] == pd.Timestamp("2024-01-01 15:00")  # a midnight among hours: a time
+
+
 def test_plain_rows_beside_offset_rows_are_refused(tmp_path):
     stamps = ["2024-01-02 09:30:00", "2024-01-02 10:30:00", "2024-01-02 11:30:00-05:00"]
     with pytest.raises(DataError) as err:
@@ -1856,6 +1924,8 @@ INVESTING_ROW = '"02.01.2024","10,5","10,0","11,0","9,0","1,5K"'
         ("日期,开盘,收盘,最高,最低,成交量", "2024-01-02,10.0,10.5,11.0,9.0,1500"),
         ("Date,Open Price,High Price,Low Price,Close Price,Total Traded Quantity",
          "02-Jan-2024,10.0,11.0,9.0,10.5,1500"),
+        ("Date,Open,High,Low,Close,Shares Traded,Turnover (₹ Cr)",  # NSE's index exports
+         "02-JAN-2024,10.0,11.0,9.0,10.5,1500,41192.2"),
         ("Exchange Date,Close,Open,Low,High,Volume", "02-Jan-2024,10.5,10.0,9.0,11.0,1500"),
         ("MTS,OPEN,CLOSE,HIGH,LOW,VOLUME", "1704153600000,10.0,10.5,11.0,9.0,1500"),
         ("ticker,volume,open,close,high,low,window_start",
@@ -1863,8 +1933,8 @@ INVESTING_ROW = '"02.01.2024","10,5","10,0","11,0","9,0","1,5K"'
         ("Time (EET),Open,High,Low,Close,Volume", "2024.01.02 00:00:00,10.0,11.0,9.0,10.5,1500"),
         (",1. open,2. high,3. low,4. close,5. volume", "2024-01-02,10.0,11.0,9.0,10.5,1500"),
     ],
-    ids=["ru", "tr", "pl", "sv", "ja", "zh", "price-suffix", "refinitiv", "bitfinex", "polygon",
-         "zone-in-name", "alpha-vantage"],
+    ids=["ru", "tr", "pl", "sv", "ja", "zh", "price-suffix", "nse-index", "refinitiv", "bitfinex",
+         "polygon", "zone-in-name", "alpha-vantage"],
 )  # fmt: skip
 def test_more_vendors_column_names(tmp_path, header, row):
     df = load_ohlcv(write(tmp_path, f"{header}\n{row}\n"), min_rows=1)

@@ -51,6 +51,9 @@ def test_report_writes_pngs_index_config_and_backtest_link(tmp_path: Path) -> No
     (run / "config.yaml").write_text("agent:\n  lr: 0.001  # <tuned> & kept\n")
     (run / "backtest").mkdir()
     (run / "backtest" / "report.html").write_text("<html>backtest</html>")
+    (run / "backtest_best_validation").mkdir()  # another model and split, beside it
+    (run / "backtest_best_validation" / "report.html").write_text("<html>best</html>")
+    (run / "backtest_notes").mkdir()  # a folder of the user's own: linked only with a report
 
     written = write_run_report(run)
 
@@ -73,6 +76,11 @@ def test_report_writes_pngs_index_config_and_backtest_link(tmp_path: Path) -> No
     href = re.search(r'<a href="([^"]+)">Backtest report</a>', page)
     assert href is not None
     assert (report_dir / href.group(1)).resolve() == (run / "backtest" / "report.html").resolve()
+    links = re.findall(r'<a href="([^"]+)">(Backtest report[^<]*)</a>', page)
+    assert links == [
+        ("../backtest/report.html", "Backtest report"),
+        ("../backtest_best_validation/report.html", "Backtest report (best, validation)"),
+    ]
     # The config is shown verbatim, HTML-escaped.
     assert "<pre>agent:\n  lr: 0.001  # &lt;tuned&gt; &amp; kept\n</pre>" in page
 

@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser(
         "evaluate",
-        help="backtest a trading run (writes RUN_DIR/backtest) or score a Gymnasium run "
+        help="backtest a trading run (writes RUN_DIR/backtest, or backtest_<model>_<split> "
+        "beside it for another model or split) or score a Gymnasium run "
         "(writes RUN_DIR/evaluation.json, or evaluation_best.json / evaluation_latest.json "
         "with --model best / latest)",
     )

@@ -660,12 +660,13 @@ def evaluate_ensemble(
     data: str | Path | None = None,
     episodes: int | None = None,
 ) -> dict[str, Any]:
-    """Backtest a trading ensemble (report in ``run_dir/backtest``) or score a Gymnasium one.
+    """Backtest a trading ensemble (report in ``run_dir/backtest``, ``backtest_<split>`` for
+    another split) or score a Gymnasium one.
 
     Trading: :func:`foxhunt.session.backtest_run` with the ensemble policy as the agent, plus each
     member alone on the same span (does the ensemble beat its members?) and the uncertainty over
     the span; ``fallback_action`` defaults to the flat position. The summary is also written to
-    ``run_dir/backtest/ensemble.json``. Gymnasium: mean greedy return over ``episodes`` (the same
+    ``ensemble.json`` beside the report. Gymnasium: mean greedy return over ``episodes`` (the same
     episode seeds as ``foxhunt evaluate``), written to ``run_dir/evaluation.json``.
     """
     from foxhunt.session import _model_fits, backtest_run, check_evaluation_options, gym_evaluation

@@ -292,12 +292,27 @@ def _summary_rows(
     return rows
 
 
+def _backtest_links(run_dir: Path) -> list[tuple[str, str]]:
+    """(href from the report folder, label) of every backtest ``foxhunt evaluate`` wrote: the
+    final model's on the test span (``backtest/``) first, then the other models and splits
+    (``backtest_best/``, ``backtest_validation/``, ...)."""
+    links = []
+    for page in sorted(run_dir.glob("backtest*/report.html"), key=lambda p: p.parent.name):
+        name = page.parent.name
+        if name != "backtest" and not name.startswith("backtest_"):
+            continue
+        what = name.removeprefix("backtest").strip("_").replace("_", ", ")
+        label = f"Backtest report ({what})" if what else "Backtest report"
+        links.append((f"../{name}/report.html", label))
+    return links
+
+
 def _html(
     run_dir: Path,
     images: Sequence[tuple[str, str]],
     summary: Sequence[tuple[str, ...]],
     config_text: str | None,
-    backtest_href: str | None,
+    backtests: Sequence[tuple[str, str]],
     n_rows: int,
     alert: str | None = None,
 ) -> str:
@@ -316,8 +331,8 @@ def _html(
     ]
     if alert is not None:
         parts.append(f"<p><strong>{esc(alert)}</strong></p>")
-    if backtest_href is not None:
-        parts.append(f'<p><a href="{esc(backtest_href)}">Backtest report</a></p>')
+    for href, label in backtests:
+        parts.append(f'<p><a href="{esc(href)}">{esc(label)}</a></p>')
     parts.append("<h2>Summary</h2><table>")
     parts.append("<tr><th>metric</th><th>final</th><th>min</th><th>max</th><th>best</th></tr>")
     for row in summary:
@@ -374,9 +389,7 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
     config_text = (
         config_path.read_text(encoding="utf-8", errors="replace") if config_path.is_file() else None
     )
-    backtest_href = (
-        "../backtest/report.html" if (run_dir / "backtest" / "report.html").is_file() else None
-    )
+    backtests = _backtest_links(run_dir)
     nonfinite = _written_nonfinite(cells)
     summary = _summary_rows(frame.drop(columns=["row"], errors="ignore"), x, nonfinite)
     alerts = [a for a in (_halt_alert(run_dir), _nonfinite_alert(nonfinite)) if a is not None]
@@ -385,7 +398,7 @@ def write_run_report(run_dir: Path) -> dict[str, Path]:
         images,
         summary,
         config_text,
-        backtest_href,
+        backtests,
         len(frame),
         " ".join(alerts) or None,
     )

@@ -4,7 +4,8 @@ The CLI is a thin shell over these functions, so everything it does is also a li
 directory holds ``config.yaml`` (this spec, resolved), ``metrics.csv``, ``tensorboard/``,
 ``checkpoints/``, ``model.safetensors`` + ``model.json`` (the final greedy policy),
 ``summary.json``, for trading runs ``data.json`` (the identity of the market trained on, see
-:data:`DATA_FILE`) and, after ``evaluate``, ``backtest/``.
+:data:`DATA_FILE`) and, after ``evaluate``, ``backtest/`` (``backtest_best/``,
+``backtest_validation/``, ... for other models and splits).
 """
 
 from __future__ import annotations

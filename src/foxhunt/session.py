@@ -927,7 +927,8 @@ def evaluate_run(
     episodes: int | None = None,
     model: str = "final",
 ) -> dict[str, Any]:
-    """Backtest a trading run (report in ``run_dir/backtest``) or score a Gymnasium run.
+    """Backtest a trading run (report in ``run_dir/backtest``, or ``backtest_<model>_<split>``
+    for another model or split) or score a Gymnasium run.
 
     ``model`` picks the final weights (``"final"``), the best-evaluated ones (``"best"``: model
     selection on the validation span) or the newest checkpoint's (``"latest"``: a run still
@@ -961,6 +962,7 @@ def evaluate_run(
         split="test" if split is None else split,
         model=model,
         fits=fits,
+        requested=requested,
     )
 
 
@@ -1144,6 +1146,7 @@ def backtest_run(
     setup: TradingSetup | None = None,
     model: str = "final",
     fits: Callable[[Any, str], None] | None = None,
+    requested: str | None = None,
 ) -> dict[str, Any]:
     """Agent vs buy-and-hold, flat, the regime rule and (when true regimes are known) the
     regime oracle. ``fits`` checks the trading env against the model first.
@@ -1152,8 +1155,10 @@ def backtest_run(
     members on the same one), so the detector is not fitted twice. ``model`` names the weights
     in the report. The report goes to ``backtest/`` for the final model on the test span, and
     beside it for another model or split (``backtest_best/``, ``backtest_validation/``,
-    ``backtest_latest_all/``), as a Gymnasium run's ``evaluation_best.json`` does: comparing
-    two of them keeps both. Another ``--data`` replaces the same model and split's report.
+    ``backtest_latest_all/``), named after the ``requested`` model (the final weights standing
+    in for missing best ones go to ``backtest_best/``), as a Gymnasium run's
+    ``evaluation_best.json`` is: comparing two of them keeps both. Another ``--data`` replaces
+    the same model and split's report.
     """
     from foxhunt import backtest as bt
     from foxhunt.runs import build_trading
@@ -1194,7 +1199,7 @@ def backtest_run(
         # the next split's first: never the window's warm-up bars borrowed from the split
         # before): the bars the per-regime tables label.
         accuracy = regime_accuracy(agent_res.detected_regimes, agent_res.true_regimes)
-    out_dir = run_dir / backtest_dir_name(model, split)
+    out_dir = run_dir / backtest_dir_name(requested or model, split)
     model_note = "" if model == "final" else f", {model} model"
     files = bt.write_report(
         out_dir,

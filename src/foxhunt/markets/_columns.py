@@ -98,7 +98,8 @@ _FALLBACKS: dict[str, tuple[str, frozenset[str]]] = {
     "close price": ("close", frozenset({"close price", "closing price"})),
     "total volume": (
         "volume",
-        frozenset({"total volume", "total traded quantity", "ttl trd qnty"}),
+        # NSE's index exports write "Shares Traded" (beside "Turnover", a value, not taken).
+        frozenset({"total volume", "total traded quantity", "ttl trd qnty", "shares traded"}),
     ),
     "adj close": (
         "close",
@@ -279,7 +280,13 @@ def _find_columns(frame: pd.DataFrame, label: str) -> dict[str, object]:
                 f"{label}: the first line looks like data, not a header (found: {seen}); add a "
                 "header row such as date,open,high,low,close,volume"
             )
-        raise DataError(f"{label}: missing column(s) {', '.join(missing)} (found: {seen})")
+        quotes = {"bid", "ask", "bid price", "ask price", "bidprice", "askprice", "bid close"}
+        hint = (
+            "; bid/ask quotes are not bars: build OHLC bars from them (of the mid price, say)"
+            if quotes & {_norm(c) for c in frame.columns}
+            else ""
+        )
+        raise DataError(f"{label}: missing column(s) {', '.join(missing)} (found: {seen}){hint}")
     _once(frame, tuple(found.values()), label)
     return found
 

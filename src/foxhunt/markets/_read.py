@@ -442,8 +442,53 @@ def _read_csv(
         # they are empty (a trailing delimiter); otherwise say where.
         with _open_bytes(path, label) as f:
             lines = f.read().decode(encoding, errors="replace").splitlines()
-        _check_field_counts(lines[skip:], sep, skip + 1, label)
+        names = _unnamed_time_column(lines[skip:], sep) if header == 0 else None
+        if names is None:
+            _check_field_counts(lines[skip:], sep, skip + 1, label)
+            return frame
+        log.warning(
+            "%s: every row holds a time of day after %r that the header does not name; read "
+            "as the column 'time'",
+            label,
+            names[names.index("time") - 1],
+        )
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        frame = pd.read_csv(
+            source,
+            sep=sep,
+            skipinitialspace=True,
+            dtype=dtype,
+            encoding=encoding,
+            skiprows=skip,
+            index_col=False,
+            header=0,
+            names=names,
+        )
     return frame
+
+
+def _unnamed_time_column(lines: list[str], sep: str) -> list[str] | None:
+    """The header's names with ``time`` put in, where every row holds one field more than the
+    header names and that field, right after a date, is a time of day (backtrader's minute
+    files name ``Date`` only); None otherwise."""
+    if sep == _WHITESPACE:
+        return None
+    reader = csv.reader(lines, delimiter=sep, skipinitialspace=True)
+    header = next(reader, None)
+    if not header or any(_norm(name) in _TIME_OF_DAY_ALIASES for name in header):
+        return None
+    rows = [row for row in reader if any(field.strip() for field in row)]
+    if not rows or any(len(row) != len(header) + 1 for row in rows):
+        return None
+    for k in range(len(header)):
+        dates = [row[k].strip() for row in rows]
+        clocks = [row[k + 1].strip() for row in rows]
+        if all(_TIME_OF_DAY.fullmatch(c) for c in clocks) and not any(
+            _TIME_OF_DAY.fullmatch(d) for d in dates
+        ):
+            return [*header[: k + 1], "time", *header[k + 1 :]]
+    return None
 
 
 def _zip_member(archive: zipfile.ZipFile, label: str) -> str:

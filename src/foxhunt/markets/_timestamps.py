@@ -316,7 +316,10 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         raise fail_at(int(np.argmax(missing)), "missing timestamp")
     dtype = raw.dtype
     if isinstance(dtype, pd.DatetimeTZDtype):
-        parsed = pd.DatetimeIndex(raw).tz_convert("UTC").tz_localize(None)
+        aware = pd.DatetimeIndex(raw)
+        # Bars dated at local midnight (yfinance's daily and weekly bars) keep their dates.
+        local = aware.tz_localize(None)
+        parsed = local if _all_midnight(local) else aware.tz_convert("UTC").tz_localize(None)
     elif pd.api.types.is_datetime64_dtype(dtype):
         parsed = pd.DatetimeIndex(raw)
     elif pd.api.types.is_bool_dtype(dtype):
@@ -477,6 +480,13 @@ _ISO = re.compile(
 )
 # A UTC offset (or Z) after an ISO time of day.
 _ISO_OFFSET = re.compile(r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s?(?:Z|[+-]\d{2}(?::?\d{2})?)$")
+# Local midnight and its offset: what is dropped from a date written as a time.
+_MIDNIGHT_OFFSET = r"[T ]00:00(?::00(?:[.,]0+)?)?\s?(?:Z|[+-]\d{2}(?::?\d{2})?)$"
+
+
+def _all_midnight(stamps: pd.DatetimeIndex) -> bool:
+    """Every timestamp at midnight: dates, whatever the zone they were written in."""
+    return bool((stamps == stamps.normalize()).all())
 
 
 def _arrow_backed(text: pd.Series) -> bool:
@@ -800,6 +810,11 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                     _fmt(original.iloc[0]),
                     "does not" if offset[pos] else "has one",
                 )
+            if offset.all() and text.str.contains(_MIDNIGHT_OFFSET).all():
+                # Dates at local midnight (yfinance writes daily and weekly bars so): each
+                # bar keeps its date. In UTC a bar east of Greenwich fell on the day before,
+                # and across a clock change on either side of midnight.
+                text = text.str.replace(_MIDNIGHT_OFFSET, "", regex=True)
             try:
                 result = pd.to_datetime(text, utc=True, format="ISO8601")
                 return pd.DatetimeIndex(result).tz_localize(None)

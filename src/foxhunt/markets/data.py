@@ -254,7 +254,9 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
         if np.isfinite(ticks).all():
             values["volume"], names["volume"] = ticks, str(col)
     if "volume" not in found and names["volume"] == "volume":
-        others = [repr(str(c)) for c in frame.columns if re.search(r"(?i)vol", str(c))]
+        others = [
+            repr(str(c)) for c in frame.columns if re.search(r"(?i)vol|shares|qty|quantity", str(c))
+        ]
         log.warning(
             "%s: no volume column%s; volume set to 0",
             label,
@@ -322,6 +324,14 @@ def _load_ohlcv(source: str | Path | pd.DataFrame, min_rows: int) -> pd.DataFram
                 if stacked is not None
                 else ""
             )
+            o, h, lo, c = (values[k] for k in _PRICE_COLUMNS)
+            flat = (o == h) & (h == lo) & (lo == c)
+            if not hint and why == "duplicates" and flat.mean() >= 0.9:
+                hint = (  # one price per row, several rows at one time: trades, not bars
+                    " (ticks, one price per row? foxhunt trains on bars: resample them, e.g. "
+                    "pandas' df.resample('1min').agg({'open': 'first', 'high': 'max', 'low': "
+                    "'min', 'close': 'last', 'volume': 'sum'}))"
+                )
             raise DataError(
                 f"{label}: column {ts_column!r} row {later}: timestamp {_stamp(timestamps[pos])} "
                 f"{why} row {earlier} ({_stamp(timestamps[pos - 1])}); rows must be strictly "
