@@ -562,6 +562,35 @@ def test_periods_per_year_is_read_from_the_timestamps():
     assert infer_periods_per_year(np.array(with_none, dtype=object)) == pytest.approx(8766)
 
 
+def test_bars_per_year_from_partial_days_come_with_a_caveat(tmp_path):
+    """An afternoon of one-minute bars read 131 bars a day: 34 177 a year where an FX market
+    trades about 360 000, every Sharpe 3x too small, and nothing said."""
+    import pandas as pd
+
+    from foxhunt.backtest import infer_periods_per_year, periods_per_year_caveat
+
+    afternoon = pd.date_range("2024-03-04 13:49", periods=131, freq="min")
+    assert infer_periods_per_year(afternoon) == pytest.approx(131 * 365.25 * 5 / 7)
+    caveat = periods_per_year_caveat(afternoon)
+    assert caveat is not None and "1-minute bars fall on 1 date(s)" in caveat
+    assert "may be understated" in caveat
+    hours = pd.date_range("2024-03-04 09:00", periods=20, freq="h")  # across two dates
+    assert "1-hour bars fall on 2 date(s)" in (periods_per_year_caveat(hours) or "")
+    # A whole day among the dates, or longer bars: the rate is read, no caveat.
+    assert (
+        periods_per_year_caveat(pd.date_range("2024-03-04", periods=3 * 1440, freq="min")) is None
+    )
+    assert periods_per_year_caveat(pd.date_range("2020-01-01", periods=60, freq="D")) is None
+    assert periods_per_year_caveat(np.arange(10)) is None
+    # The report says it beside the rate it annualised with.
+    market = make_market(60)
+    res = bt.buy_and_hold(market, TradingEnvConfig(window=5), periods_per_year=34177.0)
+    text = bt.write_report(tmp_path, [res], "t", rate_caveat=caveat)["markdown"].read_text()
+    assert (
+        f"Annualised with 34,177 bars per year (read from the data's timestamps; {caveat})." in text
+    )
+
+
 def _sessions(days, freq: str) -> np.ndarray:
     """Bars from 09:30 to 15:59 on each of ``days``."""
     import pandas as pd

@@ -146,6 +146,7 @@ def test_trading_train_and_evaluate_smoke(tmp_path: Path) -> None:
     (run_dir / "kept.safetensors").rename(run_dir / "best_model.safetensors")
     assert stand_in["model_requested"] == "best" and stand_in["model"] == "final"
     assert Path(stand_in["report"]).parent == run_dir / "backtest_best"
+    assert "final weights standing in for the best model" in Path(stand_in["report"]).read_text()
     text = (report / "report.md").read_text()
     assert f"Annualised with {ppy:,.2f}".rstrip("0").rstrip(".") + " bars per year" in text
     assert "Definitions: returns are per-bar log returns net of costs" in text

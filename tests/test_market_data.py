@@ -1714,6 +1714,14 @@ def test_an_unnamed_time_column_after_the_date_is_read(tmp_path, caplog):
     broken = text.replace("2006-01-02,09:02:00,", "2006-01-02,")
     with pytest.raises(DataError, match=r"line 2: 8 fields but the header has 7"):
         load_ohlcv(write(tmp_path, broken))
+    # Only right after a column named as a date: a trailing time field, or one after a
+    # timestamp column, is still a row with a field too many.
+    trailing = "Date,Open,High,Low,Close,Volume\n2023-01-02,100,101,99,100,10,16:00\n"
+    with pytest.raises(DataError, match=r"line 2: 7 fields but the header has 6"):
+        load_ohlcv(write(tmp_path, trailing), min_rows=1)
+    stamped = text.replace("Date,", "Timestamp,")
+    with pytest.raises(DataError, match=r"line 2: 8 fields but the header has 7"):
+        load_ohlcv(write(tmp_path, stamped))
 
 
 def test_ticks_and_quotes_are_told_they_are_not_bars(tmp_path):

@@ -541,3 +541,43 @@ def test_a_backtest_on_bars_of_another_length_is_said(caplog, tmp_path) -> None:
     caplog.clear()
     _warn_other_frequency(525_960.0, 60.0, {"rows": 5}, "minutes.csv", tmp_path)  # older record
     assert caplog.text == ""
+
+
+def test_a_run_trained_when_local_midnight_bars_were_read_in_utc_still_evaluates(tmp_path, caplog):
+    """yfinance's daily bars (local midnight with an offset) now keep their dates; runs trained
+    before, when they were read in UTC, recorded the UTC times. Their unchanged file was then
+    refused by evaluate, resume and next_position as moved bars."""
+    import json
+
+    import pandas as pd
+
+    from foxhunt.markets._timestamps import midnight_offsets_in_utc
+    from foxhunt.runs import build_spec
+    from foxhunt.session import evaluate_run, next_position, resume_training, run_training
+
+    rng = np.random.default_rng(0)
+    days = pd.bdate_range("2020-01-01", periods=400, tz="Asia/Tokyo")
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, len(days))))
+    lines = ["Date,Open,High,Low,Close,Volume"] + [
+        f"{d.isoformat(sep=' ')},{c},{c * 1.01},{c * 0.99},{c},1000"
+        for d, c in zip(days, close, strict=True)
+    ]
+    path = tmp_path / "7203.T.csv"
+    path.write_text("\n".join(lines) + "\n")
+    tiny = {"hidden_sizes": [8], "learning_starts": 64, "batch_size": 16,
+            "gradient_accumulation_steps": 1, "eval_interval": 0, "checkpoint_interval": 200,
+            "trading.window": 8, "market.detector": "volatility_trend"}  # fmt: skip
+    spec = build_spec(data=str(path), total_steps=300, overrides=tiny)
+    run = tmp_path / "run"
+    with midnight_offsets_in_utc():  # as foxhunt read such files when the run trained
+        run_training(spec, run, progress=False)
+    assert json.loads((run / "data.json").read_text())["first"] == "2019-12-31 15:00:00"
+    caplog.clear()
+    out = evaluate_run(run)
+    assert out["bars"] > 0 and "were read in UTC; they are read so for this run" in caplog.text
+    assert next_position(run)["new_bars"] == 0
+    assert resume_training(run, total_steps=400, progress=False)["env_steps"] == 400
+    # A new run dates the same file's bars by their local dates.
+    fresh = tmp_path / "fresh"
+    run_training(spec, fresh, progress=False)
+    assert json.loads((fresh / "data.json").read_text())["first"] == "2020-01-01 00:00:00"

@@ -222,6 +222,12 @@ def _active_weekdays(days: np.ndarray, intraday_hours: float) -> int:
     return 7 if intraday_hours >= 20.0 else 5
 
 
+def _bar_text(ns: float) -> str:
+    """A bar's length in words: '1-minute', '4-hour'."""
+    minutes = ns / 60e9
+    return f"{minutes:g}-minute" if minutes < 60 else f"{minutes / 60:g}-hour"
+
+
 def _utc_datetime64(timestamps: Any) -> np.ndarray | None:
     """Timestamps as naive UTC datetime64, or None when they are not dates.
 
@@ -272,14 +278,24 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
       intervals / span in years (weekly, monthly bars have no week to read; two weeks of
       2-day bars are not daily bars).
     """
+    return _periods_per_year(timestamps, default)[0]
+
+
+def periods_per_year_caveat(timestamps: Any) -> str | None:
+    """Why :func:`infer_periods_per_year` may be off for these timestamps (intraday bars
+    without one whole day among them), or None: said in a warning and in the report."""
+    return _periods_per_year(timestamps, 252.0)[1]
+
+
+def _periods_per_year(timestamps: Any, default: float) -> tuple[float, str | None]:
     ts = _utc_datetime64(timestamps)
     if ts is None or ts.size < 3:
-        return default
+        return default, None
     ns = np.sort(ts.astype("datetime64[ns]").astype(np.int64))  # order does not change the rate
     gaps = np.diff(ns)
     gaps = gaps[gaps > 0]
     if gaps.size == 0:
-        return default
+        return default, None
     bar = float(np.median(gaps))
     days = ns // _DAY_NS
     weeks, per_week = np.unique((days + 3) // 7, return_counts=True)  # day 0 was a Thursday
@@ -287,17 +303,24 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
     # Bars never a day apart (a weekend gap makes a few business days' median 1.5 days).
     if bar >= 4 * _DAY_NS or (whole.size < 2 and gaps.min() >= 1.5 * _DAY_NS):
         years = (ns[-1] - ns[0]) / (_YEAR_DAYS * _DAY_NS)
-        return float((ts.size - 1) / years)
+        return float((ts.size - 1) / years), None
     if whole.size >= 2:
         trading = whole[whole >= 0.5 * np.median(whole)]  # weeks of an outage left out
-        return float(trading.mean()) * _YEAR_DAYS / 7
+        return float(trading.mean()) * _YEAR_DAYS / 7, None
     if bar < 20 * 3_600e9:
         dated, per_date = np.unique(days, return_counts=True)
         # The first and last dates are usually partial sessions: count whole days when any.
         per_day = float(np.median(per_date[1:-1] if dated.size >= 3 else per_date))
         weekdays = _active_weekdays(days, per_day * bar / 3_600e9)
-        return per_day * _YEAR_DAYS * weekdays / 7
-    return _YEAR_DAYS * _active_weekdays(days, 0.0) / 7
+        note = None
+        if dated.size < 3:  # a session's length is not seen: a few hours read as the day
+            note = (
+                f"the data's {_bar_text(bar)} bars fall on {dated.size} date(s), so bars per "
+                "year count the bars of days that may be partial sessions: annualised figures "
+                "(Sharpe, annual return, volatility) may be understated"
+            )
+        return per_day * _YEAR_DAYS * weekdays / 7, note
+    return _YEAR_DAYS * _active_weekdays(days, 0.0) / 7, None
 
 
 def compute_metrics(
@@ -971,6 +994,7 @@ def write_report(
     title: str,
     *,
     regime_accuracy: float | None = None,
+    rate_caveat: str | None = None,
 ) -> dict[str, Path]:
     """Write ``equity.png``, ``report.md``, ``report.html``, ``metrics.json`` and ``series.csv``
     (every strategy's per-period position, cost, net log return and equity, with the market
@@ -1013,7 +1037,8 @@ def write_report(
     rate = (
         ""
         if ppy is None
-        else f"Annualised with {_count(ppy)} bars per year (read from the data's timestamps)."
+        else f"Annualised with {_count(ppy)} bars per year (read from the data's timestamps"
+        + (f"; {rate_caveat})." if rate_caveat else ").")
     )
     rate = " ".join(part for part in (rate, _BASELINES_NOTE) if part)
     md = (

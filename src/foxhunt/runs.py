@@ -585,10 +585,39 @@ def load_market_frame(spec: RunSpec, data_override: str | None = None) -> Any:
     return load_ohlcv(source)
 
 
+def load_recorded_frame(spec: RunSpec, data_override: str | None, recorded: dict[str, Any]) -> Any:
+    """:func:`load_market_frame` for a run that has a data record: bars written at local
+    midnight with a UTC offset (yfinance's daily bars) are read as the run read them. Runs
+    trained before such bars kept their dates recorded them in UTC (the day before east of
+    Greenwich); read today, their unchanged file would be refused as moved bars."""
+    df = load_market_frame(spec, data_override)
+    source = data_override if data_override is not None else spec.market.data
+    index = getattr(df, "index", None)
+    if (
+        source is None
+        or len(df) == 0
+        or str(index[0]) == recorded["first"]
+        or not bool((index == index.normalize()).all())
+    ):
+        return df
+    from foxhunt.markets._timestamps import midnight_offsets_in_utc
+
+    with midnight_offsets_in_utc():
+        legacy = load_market_frame(spec, data_override)
+    if str(legacy.index[0]) != recorded["first"]:
+        return df  # not that: the check says what changed
+    log.warning(
+        "%s: the run was trained when bars written at local midnight with a UTC offset were "
+        "read in UTC; they are read so for this run (a new run dates them by their local date)",
+        source,
+    )
+    return legacy
+
+
 def check_same_data(spec: RunSpec, recorded: dict[str, Any]) -> None:
     """Refuse, before anything trains, data that differs from ``recorded`` (a run's data.json):
     what resuming needs, without fitting the market."""
-    frame = load_market_frame(spec)
+    frame = load_recorded_frame(spec, None, recorded)
     check_data_record(recorded, frame, data_identity(frame), _data_label(spec), "resume")
 
 
@@ -618,7 +647,11 @@ def build_trading(
     source = data_override if data_override is not None else m.data
     min_rows = 3 * (config.window + 2)
     if frame is None:
-        df = load_market_frame(spec, data_override)
+        df = (
+            load_market_frame(spec, data_override)
+            if recorded is None
+            else load_recorded_frame(spec, data_override, recorded)
+        )
     else:  # as the file will read: load_ohlcv's columns (a synthetic market's regime ids)
         from foxhunt.markets.data import load_ohlcv
 
@@ -675,7 +708,11 @@ def build_trading(
         check_split_sizes(n, train_end, val_end, m, config.window, source)
     # The last bar training or model selection saw: a backtest of another file on bars up to
     # it is in-sample (see session.backtest_run).
-    from foxhunt.backtest import infer_periods_per_year, median_bar_seconds
+    from foxhunt.backtest import infer_periods_per_year, median_bar_seconds, periods_per_year_caveat
+
+    caveat = periods_per_year_caveat(df.index)
+    if caveat is not None and recorded is None:  # said once, when the run is trained
+        log.warning("%s: %s", source or "the market", caveat)
 
     record = {
         **identity,

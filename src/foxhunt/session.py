@@ -753,7 +753,8 @@ def next_position(
     The observation includes the position held into the last bar. By default that is the
     policy's own, replayed from the start of the test span; ``held`` (one of the run's
     positions) gives the one actually held instead. Returns the bar's timestamp (UTC where the
-    file's times carry a zone, as the loader reads them), the number of bars after those the run
+    file's times carry a zone, bars at local midnight keeping their dates, as the loader reads
+    them), the number of bars after those the run
     trained on (0, warned about: no new bar), the action and its position (held from this bar's
     close to the next bar's), the position held into the bar, and the bar's regime
     probabilities.
@@ -1177,6 +1178,9 @@ def backtest_run(
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
     ppy = bt.infer_periods_per_year(setup.market.timestamps)
+    caveat = bt.periods_per_year_caveat(setup.market.timestamps)
+    if caveat is not None:
+        log.warning("%s: %s", data or spec.market.data or "the market", caveat)
     if data is not None and recorded is not None:
         bar = bt.median_bar_seconds(setup.market.timestamps)
         _warn_other_frequency(ppy, bar, recorded, data, run_dir)
@@ -1201,11 +1205,14 @@ def backtest_run(
         accuracy = regime_accuracy(agent_res.detected_regimes, agent_res.true_regimes)
     out_dir = run_dir / backtest_dir_name(requested or model, split)
     model_note = "" if model == "final" else f", {model} model"
+    if requested is not None and requested != model:  # filed under the model asked for
+        model_note = f", final weights standing in for the {requested} model (none was kept)"
     files = bt.write_report(
         out_dir,
         results,
         title=f"foxhunt backtest: {split} span{model_note}",
         regime_accuracy=accuracy,
+        rate_caveat=caveat,
     )
     summary = {
         "model": model,

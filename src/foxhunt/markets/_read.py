@@ -481,13 +481,16 @@ def _unnamed_time_column(lines: list[str], sep: str) -> list[str] | None:
     rows = [row for row in reader if any(field.strip() for field in row)]
     if not rows or any(len(row) != len(header) + 1 for row in rows):
         return None
-    for k in range(len(header)):
+    for k, name in enumerate(header):
+        if _norm(name) not in _DATE_ONLY_ALIASES:  # a column named as a date, not a timestamp
+            continue
         dates = [row[k].strip() for row in rows]
         clocks = [row[k + 1].strip() for row in rows]
         if all(_TIME_OF_DAY.fullmatch(c) for c in clocks) and not any(
-            _TIME_OF_DAY.fullmatch(d) for d in dates
+            _TIME_OF_DAY.search(d) for d in dates
         ):
             return [*header[: k + 1], "time", *header[k + 1 :]]
+        return None
     return None
 
 

@@ -1,11 +1,13 @@
 """Timestamps for the OHLCV loader: choosing the bars' timestamp column (or date + time columns),
 skipping unit and footer rows, and parsing text, integer (packed dates, epochs) and zoned values
-into one UTC index. Separate because formats, zones, two-digit years and 12-hour clocks are the
-loader's largest single concern."""
+into one index, in UTC where the values carry a zone (bars all at local midnight keep their
+dates). Separate because formats, zones, two-digit years and 12-hour clocks are the loader's
+largest single concern."""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import re
 import warnings
@@ -319,7 +321,8 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         aware = pd.DatetimeIndex(raw)
         # Bars dated at local midnight (yfinance's daily and weekly bars) keep their dates.
         local = aware.tz_localize(None)
-        parsed = local if _all_midnight(local) else aware.tz_convert("UTC").tz_localize(None)
+        dates = _LOCAL_DATES.get() and _all_midnight(local)
+        parsed = local if dates else aware.tz_convert("UTC").tz_localize(None)
     elif pd.api.types.is_datetime64_dtype(dtype):
         parsed = pd.DatetimeIndex(raw)
     elif pd.api.types.is_bool_dtype(dtype):
@@ -487,6 +490,22 @@ _MIDNIGHT_OFFSET = r"[T ]00:00(?::00(?:[.,]0+)?)?\s?(?:Z|[+-]\d{2}(?::?\d{2})?)$
 def _all_midnight(stamps: pd.DatetimeIndex) -> bool:
     """Every timestamp at midnight: dates, whatever the zone they were written in."""
     return bool((stamps == stamps.normalize()).all())
+
+
+_LOCAL_DATES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "foxhunt_local_midnight_dates", default=True
+)
+
+
+@contextlib.contextmanager
+def midnight_offsets_in_utc() -> Iterator[None]:
+    """Read bars written at local midnight with a UTC offset in UTC, as foxhunt did before they
+    kept their dates: a run trained then is checked against, and resumes on, the bars it saw."""
+    token = _LOCAL_DATES.set(False)
+    try:
+        yield
+    finally:
+        _LOCAL_DATES.reset(token)
 
 
 def _arrow_backed(text: pd.Series) -> bool:
@@ -810,7 +829,7 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
                     _fmt(original.iloc[0]),
                     "does not" if offset[pos] else "has one",
                 )
-            if offset.all() and text.str.contains(_MIDNIGHT_OFFSET).all():
+            if _LOCAL_DATES.get() and offset.all() and text.str.contains(_MIDNIGHT_OFFSET).all():
                 # Dates at local midnight (yfinance writes daily and weekly bars so): each
                 # bar keeps its date. In UTC a bar east of Greenwich fell on the day before,
                 # and across a clock change on either side of midnight.
