@@ -1758,10 +1758,16 @@ def test_cryptodatadownload_hours_chinese_dates_and_moex_layouts(tmp_path):
     )
     df = load_ohlcv(write(tmp_path, cdd, "cdd.csv"))
     assert list(df.index) == [pd.Timestamp(f"2019-10-17 {h}:00") for h in ("00", "12", "13")]
+    with pytest.raises(DataError) as err:  # the row that does not read, quoted as written
+        load_ohlcv(write(tmp_path, cdd.replace("12-PM", "12-XM"), "typo.csv"))
+    assert_one_line(err, "row 2: cannot parse timestamp '2019-10-17 12-XM'")
     cjk = "date,close,open,high,low,volume\n2012年3月21日,205.1,207.8,209.0,203.86,2950000\n"
     cjk += "2012年3月22日,205.35,204.32,206.9,204.29,833190\n"
     df = load_ohlcv(write(tmp_path, cjk, "cjk.csv"))
     assert list(df.index) == list(pd.date_range("2012-03-21", periods=2))
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, cjk.replace("3月22日", "2月30日"), "cjk-bad.csv"))
+    assert_one_line(err, "row 2: cannot parse timestamp '2012年2月30日'")
     assert df["open"].tolist() == [207.8, 204.32]
     iss = (
         ",open,close,high,low,value,volume,begin,end\n"
@@ -1779,6 +1785,33 @@ def test_cryptodatadownload_hours_chinese_dates_and_moex_layouts(tmp_path):
     df = load_ohlcv(write(tmp_path, algopack, "tradestats.csv"))
     assert list(df.index) == list(pd.date_range("2020-01-03 10:05", periods=2, freq="5min"))
     assert df.iloc[0].tolist() == [107.88, 108.0, 107.57, 107.74, 5090.0]
+
+
+def test_turkish_code_page_and_git_lfs_pointers(tmp_path, caplog):
+    """An Investing.com file saved by Turkish Excel (Windows-1254) was read as Windows-1252:
+    Şimdi, Açılış and Düşük came out as Þimdi, Açýlýþ and Düþük, refused as missing columns.
+    A file fetched without git-lfs holds a pointer: say so, not "missing columns"."""
+    text = (
+        '"Tarih","Şimdi","Açılış","Yüksek","Düşük","Fark %"\n'
+        '"18.03.2020","6,4752","6,4010","6,4945","6,3995","1,20%"\n'
+        '"19.03.2020","6,5000","6,4752","6,5500","6,4500","0,38%"\n'
+    )
+    path = tmp_path / "USD_TRY Geçmiş Verileri.csv"
+    path.write_bytes(text.encode("cp1254"))
+    with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+        df = load_ohlcv(path)
+    assert "reading it as Windows-1254 (Turkish)" in caplog.text
+    assert df.iloc[0][["open", "high", "low", "close"]].tolist() == [6.401, 6.4945, 6.3995, 6.4752]
+    german = "Datum;Eröffnung;Hoch;Tief;Schluss\n02.01.2024;10,0;11,0;9,0;10,5\n"
+    path.write_bytes(german.encode("cp1252"))  # a tie between code pages: Windows-1252
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+        assert load_ohlcv(path, min_rows=1)["open"].tolist() == [10.0]
+    assert "reading it as Windows-1252" in caplog.text
+    lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 128\n"
+    with pytest.raises(DataError) as err:
+        load_ohlcv(write(tmp_path, lfs, "all_stocks_5yr.csv"))
+    assert_one_line(err, "a Git LFS pointer, not the data", "git lfs pull")
 
 
 def test_bars_dated_at_local_midnight_keep_their_dates(tmp_path):

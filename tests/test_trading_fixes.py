@@ -548,6 +548,7 @@ def test_a_run_trained_when_local_midnight_bars_were_read_in_utc_still_evaluates
     before, when they were read in UTC, recorded the UTC times. Their unchanged file was then
     refused by evaluate, resume and next_position as moved bars."""
     import json
+    import shutil
 
     import pandas as pd
 
@@ -581,3 +582,20 @@ def test_a_run_trained_when_local_midnight_bars_were_read_in_utc_still_evaluates
     fresh = tmp_path / "fresh"
     run_training(spec, fresh, progress=False)
     assert json.loads((fresh / "data.json").read_text())["first"] == "2020-01-01 00:00:00"
+    # An ensemble stopped before its last member: the member still to train reads the file
+    # as member 0 did (it trained, then was refused as trained on other data).
+    from foxhunt.ensemble import PLAN_FILE, member_seed, resume_ensemble, train_ensemble
+
+    ens = tmp_path / "ensemble"
+    with midnight_offsets_in_utc():
+        train_ensemble(spec, ens, 2, progress=False, verbose=False)
+    shutil.rmtree(ens / "member-1")
+    (ens / "ensemble.json").unlink()
+    seed = spec.hyperparameters.seed
+    (ens / PLAN_FILE).write_text(json.dumps({"members": 2, "seeds": [seed, member_seed(seed, 1)]}))
+    assert resume_ensemble(ens) == [
+        ens / "member-0",
+        ens / "member-1",
+    ]
+    first = json.loads((ens / "member-1" / "data.json").read_text())["first"]
+    assert first == "2019-12-31 15:00:00"

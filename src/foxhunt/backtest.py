@@ -224,8 +224,10 @@ def _active_weekdays(days: np.ndarray, intraday_hours: float) -> int:
 
 def _bar_text(ns: float) -> str:
     """A bar's length in words: '1-minute', '4-hour'."""
-    minutes = ns / 60e9
-    return f"{minutes:g}-minute" if minutes < 60 else f"{minutes / 60:g}-hour"
+    seconds = ns / 1e9
+    if seconds < 60:
+        return f"{seconds:g}-second"
+    return f"{seconds / 60:g}-minute" if seconds < 3600 else f"{seconds / 3600:g}-hour"
 
 
 def _utc_datetime64(timestamps: Any) -> np.ndarray | None:

@@ -19,6 +19,7 @@ and one full run directory per member, ``member-{i}``, trained with :func:`membe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -517,6 +518,7 @@ def resume_ensemble(run_dir: str | Path, *, progress: bool = False) -> list[Path
 def _resume_ensemble(run_dir: str | Path, progress: bool) -> list[Path]:
     import shutil
 
+    from foxhunt.markets._timestamps import midnight_offsets_in_utc
     from foxhunt.runs import check_same_data, read_data_record
     from foxhunt.session import assert_not_in_use, resume_training, run_training
 
@@ -555,18 +557,19 @@ def _resume_ensemble(run_dir: str | Path, progress: bool) -> list[Path]:
         raise FoxhuntError(f"{plan_path}: seeds must differ, got: {seeds!r:.80}")
     paths = [run_dir / f"member-{i}" for i in range(n_members)]
     recorded = read_data_record(paths[0]) if base.is_trading else None
-    if recorded is not None:  # members still to train must see member 0's market
-        check_same_data(base, recorded)
-    for seed, path in zip(seeds, paths, strict=True):
-        if (path / "summary.json").is_file() and (path / "model.safetensors").is_file():
-            continue  # trained
-        if (path / "checkpoints" / "latest.json").is_file():
-            resume_training(path, progress=progress)
-            continue
-        if path.exists():
-            assert_not_in_use(path)  # a member still training (its ensemble runs) is refused
-            shutil.rmtree(path)  # started, but stopped before its first checkpoint
-        run_training(member_spec(base, seed), path, progress=progress)
+    # Members still to train must see member 0's market, read as member 0 read it.
+    in_utc = recorded is not None and check_same_data(base, recorded)
+    with midnight_offsets_in_utc() if in_utc else contextlib.nullcontext():
+        for seed, path in zip(seeds, paths, strict=True):
+            if (path / "summary.json").is_file() and (path / "model.safetensors").is_file():
+                continue  # trained
+            if (path / "checkpoints" / "latest.json").is_file():
+                resume_training(path, progress=progress)
+                continue
+            if path.exists():
+                assert_not_in_use(path)  # a member still training (its ensemble runs) is refused
+                shutil.rmtree(path)  # started, but stopped before its first checkpoint
+            run_training(member_spec(base, seed), path, progress=progress)
     return _finish_ensemble(base, run_dir, paths, seeds)
 
 

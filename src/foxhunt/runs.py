@@ -585,11 +585,14 @@ def load_market_frame(spec: RunSpec, data_override: str | None = None) -> Any:
     return load_ohlcv(source)
 
 
-def load_recorded_frame(spec: RunSpec, data_override: str | None, recorded: dict[str, Any]) -> Any:
-    """:func:`load_market_frame` for a run that has a data record: bars written at local
-    midnight with a UTC offset (yfinance's daily bars) are read as the run read them. Runs
-    trained before such bars kept their dates recorded them in UTC (the day before east of
-    Greenwich); read today, their unchanged file would be refused as moved bars."""
+def load_recorded_frame(
+    spec: RunSpec, data_override: str | None, recorded: dict[str, Any]
+) -> tuple[Any, bool]:
+    """:func:`load_market_frame` for a run that has a data record, and whether its bars written
+    at local midnight with a UTC offset (yfinance's daily bars) are read in UTC, as the run
+    read them. Runs trained before such bars kept their dates recorded them in UTC (the day
+    before east of Greenwich); read today, their unchanged file would be refused as moved bars.
+    """
     df = load_market_frame(spec, data_override)
     source = data_override if data_override is not None else spec.market.data
     index = getattr(df, "index", None)
@@ -599,26 +602,37 @@ def load_recorded_frame(spec: RunSpec, data_override: str | None, recorded: dict
         or str(index[0]) == recorded["first"]
         or not bool((index == index.normalize()).all())
     ):
-        return df
+        return df, False
     from foxhunt.markets._timestamps import midnight_offsets_in_utc
 
     with midnight_offsets_in_utc():
         legacy = load_market_frame(spec, data_override)
-    if str(legacy.index[0]) != recorded["first"]:
-        return df  # not that: the check says what changed
+    stamps = legacy.index
+    # The UTC reading holds the recorded bars where the record starts or ends (a file that
+    # lost its first bar, or the whole history a walk-forward fold trained on a slice of).
+    import pandas as pd
+
+    try:
+        holds_first = pd.Timestamp(recorded["first"]) in stamps
+    except ValueError:
+        holds_first = False
+    if not (holds_first or str(stamps[-1]) == recorded["last"]):
+        return df, False  # not that: the check says what changed
     log.warning(
         "%s: the run was trained when bars written at local midnight with a UTC offset were "
         "read in UTC; they are read so for this run (a new run dates them by their local date)",
         source,
     )
-    return legacy
+    return legacy, True
 
 
-def check_same_data(spec: RunSpec, recorded: dict[str, Any]) -> None:
+def check_same_data(spec: RunSpec, recorded: dict[str, Any]) -> bool:
     """Refuse, before anything trains, data that differs from ``recorded`` (a run's data.json):
-    what resuming needs, without fitting the market."""
-    frame = load_recorded_frame(spec, None, recorded)
+    what resuming needs, without fitting the market. Returns whether the run reads its
+    local-midnight bars in UTC (:func:`load_recorded_frame`): new runs beside it must too."""
+    frame, in_utc = load_recorded_frame(spec, None, recorded)
     check_data_record(recorded, frame, data_identity(frame), _data_label(spec), "resume")
+    return in_utc
 
 
 def build_trading(
@@ -650,7 +664,7 @@ def build_trading(
         df = (
             load_market_frame(spec, data_override)
             if recorded is None
-            else load_recorded_frame(spec, data_override, recorded)
+            else load_recorded_frame(spec, data_override, recorded)[0]
         )
     else:  # as the file will read: load_ohlcv's columns (a synthetic market's regime ids)
         from foxhunt.markets.data import load_ohlcv

@@ -166,6 +166,11 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 frame = frame.reset_index()
         else:
             encoding, head = _sniff_text(path, suffix, label)
+            if head and head[0].startswith("version https://git-lfs.github.com/spec/"):
+                raise DataError(
+                    f"{label}: a Git LFS pointer, not the data (a repository cloned without "
+                    "git-lfs): fetch the file with `git lfs pull`"
+                )
             skip = _leading_comments(head)
             sep = _delimiter(head[skip:])
             # Outside comma-delimited files the decimal mark is not known in advance ("12.345"
@@ -176,22 +181,20 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
             except UnicodeDecodeError:
                 if encoding != "utf-8-sig":
                     raise
-                # Not UTF-8: Windows-1252 is what Excel in Western Europe writes (Eröffnung
-                # with the byte 0xF6), Shift-JIS what Japanese brokers write (日付,始値).
-                fallback = "cp932" if _shift_jis_header(path, label) else "cp1252"
+                # Not UTF-8: what Excel writes in the user's locale (Eröffnung with the byte
+                # 0xF6 in Windows-1252, Açılış in Windows-1254, 日付,始値 in Shift-JIS).
+                fallback = _legacy_encoding(path, label)
                 try:
                     frame = _read_csv(path, sep, dtype, fallback, skip, label)
                 except UnicodeDecodeError:
                     raise DataError(
                         f"{label}: cannot read file: not text (neither UTF-8, UTF-16 nor "
-                        "Windows-1252)"
+                        f"{_LEGACY_ENCODINGS[fallback]}); save it as UTF-8"
                     ) from None
                 # Said once the fallback has read the file: never before an error saying it
                 # could not.
                 log.warning(
-                    "%s: not UTF-8 text; reading it as %s",
-                    label,
-                    "Shift-JIS" if fallback == "cp932" else "Windows-1252",
+                    "%s: not UTF-8 text; reading it as %s", label, _LEGACY_ENCODINGS[fallback]
                 )
             commented = [
                 line for line in head[:skip] if line.startswith("#") and _header_names(line) >= 3
@@ -562,9 +565,20 @@ def _sniff_text(path: Path, suffix: str, label: str = "") -> tuple[str, list[str
     return encoding, raw.decode(encoding, errors="replace").splitlines()[:50]
 
 
-def _shift_jis_header(path: Path, label: str) -> bool:
-    """Whether a file that is not UTF-8 shows more known column names as Shift-JIS (日付,始値)
-    than as Windows-1252 (Eröffnung): both decode most bytes, so the names decide."""
+# The code pages Excel writes CSV files in, by locale; the first wins a tie.
+_LEGACY_ENCODINGS = {
+    "cp1252": "Windows-1252",
+    "cp1254": "Windows-1254 (Turkish)",
+    "cp1250": "Windows-1250 (Central European)",
+    "cp1251": "Windows-1251 (Cyrillic)",
+    "cp932": "Shift-JIS",
+}
+
+
+def _legacy_encoding(path: Path, label: str) -> str:
+    """The code page of a file that is not UTF-8: the one whose decoding shows the most known
+    column names (Turkish Şimdi and Açılış read as Þimdi and Açýlýþ in Windows-1252, and
+    match nothing). They all decode most bytes, so the names decide."""
     with _open_bytes(path, label) as f:
         raw = f.read(1 << 16)
     raw = raw[: raw.rfind(b"\n") + 1] or raw  # no character cut in half at the end
@@ -573,7 +587,7 @@ def _shift_jis_header(path: Path, label: str) -> bool:
         lines = raw.decode(encoding, errors="replace").splitlines()[:40]
         return max((_header_names(line) for line in lines), default=0)
 
-    return names("cp932") > names("cp1252")
+    return max(_LEGACY_ENCODINGS, key=names)  # max keeps the first of equals
 
 
 def _leading_comments(lines: list[str]) -> int:

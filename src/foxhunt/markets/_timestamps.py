@@ -434,7 +434,7 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
             raise fail_at(int(np.argmax(np.abs(values))), "timestamp out of range:") from None
         parsed = pd.DatetimeIndex(stamps)
     else:
-        text = raw.astype(str).str.strip()
+        text = _spelled_out(raw.astype(str).str.strip())  # messages quote raw, as written
         # Whole numbers, or fractions of epoch times as long as seconds, ms, us or ns since 2001
         # are written (1711616400.250; never 2024.01, a month, nor 202401020930.5).
         digits = text.str.fullmatch(r"-?\d+(?:\.0*)?|-?(?:\d{9,10}|\d{13}|\d{16}|\d{19})\.\d+")
@@ -798,14 +798,17 @@ _CJK_DATE = re.compile(r"(\d{4})年(\d{1,2})月(\d{1,2})日")
 
 
 def _spelled_out(text: pd.Series) -> pd.Series:
-    """Dates written in forms no format string reads, rewritten as ISO (2019-10-17 09:00 AM,
-    2012-03-21); other values unchanged. Messages still quote the values as written."""
+    """Dates written in forms no format string reads, rewritten as ISO row by row (2019-10-17
+    09:00 AM, 2012-03-21) when the first value is one; other values are left as they are, for
+    the error to name the first that does not read."""
     first = str(text.iloc[0]) if len(text) else ""
-    if _HOUR_AM_PM.fullmatch(first) and _fullmatch_all(text, _HOUR_AM_PM):
-        return text.str.replace(_HOUR_AM_PM.pattern, r"\1 \2:00 \3", regex=True)
-    if _CJK_DATE.match(first) and text.str.match(_CJK_DATE.pattern).all():
+    if _HOUR_AM_PM.fullmatch(first):
+        return text.str.replace(f"^{_HOUR_AM_PM.pattern}$", r"\1 \2:00 \3", regex=True)
+    if _CJK_DATE.match(first):
         return text.str.replace(
-            _CJK_DATE.pattern, lambda m: f"{m[1]}-{int(m[2]):02d}-{int(m[3]):02d}", regex=True
+            f"^{_CJK_DATE.pattern}",
+            lambda m: f"{m[1]}-{int(m[2]):02d}-{int(m[3]):02d}",
+            regex=True,
         )
     return text
 
@@ -819,7 +822,6 @@ def _parse_text_timestamps(text: pd.Series, label: str, column: str) -> pd.Datet
     read day-first in one row and month-first in another.
     """
     original = text
-    text = _spelled_out(text)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if _fullmatch_all(text, _ISO):
