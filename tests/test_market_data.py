@@ -1808,10 +1808,20 @@ def test_turkish_code_page_and_git_lfs_pointers(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
         assert load_ohlcv(path, min_rows=1)["open"].tolist() == [10.0]
     assert "reading it as Windows-1252" in caplog.text
+    # A tie on the column names goes to the code page that decodes every byte (Ź is 0x8F in
+    # Windows-1250, a byte Windows-1252 lacks: the file was refused as not text).
+    polish = "date,name,open,high,low,close\n2024-01-02,Źródło Ťest,10.0,11.0,9.0,10.5\n"
+    path.write_bytes(polish.encode("cp1250"))
+    assert load_ohlcv(path, min_rows=1)["close"].tolist() == [10.5]
+    # Without a header, the code page still reads the rows (they were re-read as UTF-8).
+    headerless = "2024-01-02,10.0,11.0,9.0,10.5,1500\n2024-01-03,10.5,11.5,10.0,11.0,1600\n"
+    path.write_bytes((headerless + "# Börse Frankfurt\n").encode("cp1252"))
+    assert load_ohlcv(path, min_rows=1)["close"].tolist() == [10.5, 11.0]
     lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 128\n"
-    with pytest.raises(DataError) as err:
-        load_ohlcv(write(tmp_path, lfs, "all_stocks_5yr.csv"))
-    assert_one_line(err, "a Git LFS pointer, not the data", "git lfs pull")
+    for name in ("all_stocks_5yr.csv", "prices.csv.gz", "prices.parquet", "prices.xlsx"):
+        with pytest.raises(DataError) as err:  # whatever its suffix: LFS stores any file so
+            load_ohlcv(write(tmp_path, lfs, name))
+        assert_one_line(err, "a Git LFS pointer, not the data", "git lfs pull")
 
 
 def test_bars_dated_at_local_midnight_keep_their_dates(tmp_path):

@@ -599,3 +599,54 @@ def test_a_run_trained_when_local_midnight_bars_were_read_in_utc_still_evaluates
     ]
     first = json.loads((ens / "member-1" / "data.json").read_text())["first"]
     assert first == "2019-12-31 15:00:00"
+
+
+def test_the_utc_reading_of_local_midnight_bars_is_chosen_only_for_runs_that_had_it(
+    tmp_path, caplog
+):
+    """The reading an old run had is chosen by its record's timestamps. A London file (an
+    offset of +00:00 in winter) was refused for an old run whose first bar fell in winter, and
+    naive dates or a new run's changed file were said to be "read in UTC" when none was."""
+    import pandas as pd
+
+    from foxhunt.errors import DataError
+    from foxhunt.markets._timestamps import midnight_offsets_in_utc
+    from foxhunt.runs import build_spec, check_same_data, data_identity, load_market_frame
+
+    rng = np.random.default_rng(0)
+
+    def write(name, stamps):
+        close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, len(stamps))))
+        rows = [
+            f"{s},{c},{c * 1.01},{c * 0.99},{c},1000" for s, c in zip(stamps, close, strict=True)
+        ]
+        path = tmp_path / name
+        path.write_text("Date,Open,High,Low,Close,Volume\n" + "\n".join(rows) + "\n")
+        return build_spec(data=str(path), total_steps=10)
+
+    def record(frame):
+        return {**data_identity(frame), "train_end": 100, "val_end": 150}
+
+    london = [
+        d.isoformat(sep=" ") for d in pd.bdate_range("2020-01-02", "2021-06-30", tz="Europe/London")
+    ]
+    spec = write("VOD.L.csv", london)
+    with midnight_offsets_in_utc():
+        old = record(load_market_frame(spec))  # an old run: summer bars at 23:00 the day before
+    caplog.clear()
+    assert check_same_data(spec, old) is True  # its unchanged file is read as it read it
+    assert "were read in UTC" in caplog.text
+    new = record(load_market_frame(spec))  # a run trained today: local dates
+    spec = write("VOD.L.csv", london[1:])  # the file lost its first bar
+    caplog.clear()
+    with pytest.raises(DataError, match="has changed since the run trained"):
+        check_same_data(spec, new)
+    assert "were read in UTC" not in caplog.text
+    naive = [d.strftime("%Y-%m-%d") for d in pd.bdate_range("2020-01-01", periods=300)]
+    spec = write("naive.csv", naive)
+    rec = record(load_market_frame(spec))
+    spec = write("naive.csv", naive[1:])
+    caplog.clear()
+    with pytest.raises(DataError, match="has changed since the run trained"):
+        check_same_data(spec, rec)
+    assert "were read in UTC" not in caplog.text

@@ -596,11 +596,12 @@ def load_recorded_frame(
     df = load_market_frame(spec, data_override)
     source = data_override if data_override is not None else spec.market.data
     index = getattr(df, "index", None)
+    rows = int(recorded["rows"])
     if (
         source is None
         or len(df) == 0
-        or str(index[0]) == recorded["first"]
         or not bool((index == index.normalize()).all())
+        or (len(df) >= rows and _hash_index(df, rows) == recorded.get("index_sha256"))
     ):
         return df, False
     from foxhunt.markets._timestamps import midnight_offsets_in_utc
@@ -608,15 +609,18 @@ def load_recorded_frame(
     with midnight_offsets_in_utc():
         legacy = load_market_frame(spec, data_override)
     stamps = legacy.index
-    # The UTC reading holds the recorded bars where the record starts or ends (a file that
-    # lost its first bar, or the whole history a walk-forward fold trained on a slice of).
+    if stamps.equals(index):
+        return df, False  # no offsets in the file: one reading
     import pandas as pd
 
+    reproduces = len(legacy) >= rows and _hash_index(legacy, rows) == recorded.get("index_sha256")
     try:
-        holds_first = pd.Timestamp(recorded["first"]) in stamps
+        ends = [pd.Timestamp(recorded[k]) for k in ("first", "last")]
     except ValueError:
-        holds_first = False
-    if not (holds_first or str(stamps[-1]) == recorded["last"]):
+        ends = []
+    utc_record = any(t != t.normalize() for t in ends)  # a local-date record is all midnight
+    holds_first = bool(ends) and ends[0] in stamps
+    if not (reproduces or (utc_record and (holds_first or str(stamps[-1]) == recorded["last"]))):
         return df, False  # not that: the check says what changed
     log.warning(
         "%s: the run was trained when bars written at local midnight with a UTC offset were "

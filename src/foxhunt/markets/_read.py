@@ -155,6 +155,12 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         raise DataError(f"{label}: is not a regular file (a pipe or a device), expected a file")
     if path.stat().st_size == 0:
         raise DataError(f"{label}: file is empty")
+    with path.open("rb") as f:  # whatever its suffix (.csv.gz, .parquet): not decompressed
+        if f.read(40).startswith(b"version https://git-lfs.github.com/spec/"):
+            raise DataError(
+                f"{label}: a Git LFS pointer, not the data (a repository cloned without "
+                "git-lfs): fetch the file with `git lfs pull`"
+            )
     try:
         if suffix == ".xlsx":
             frame = _read_excel(path, label)
@@ -166,11 +172,6 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 frame = frame.reset_index()
         else:
             encoding, head = _sniff_text(path, suffix, label)
-            if head and head[0].startswith("version https://git-lfs.github.com/spec/"):
-                raise DataError(
-                    f"{label}: a Git LFS pointer, not the data (a repository cloned without "
-                    "git-lfs): fetch the file with `git lfs pull`"
-                )
             skip = _leading_comments(head)
             sep = _delimiter(head[skip:])
             # Outside comma-delimited files the decimal mark is not known in advance ("12.345"
@@ -196,6 +197,9 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 log.warning(
                     "%s: not UTF-8 text; reading it as %s", label, _LEGACY_ENCODINGS[fallback]
                 )
+                encoding = fallback  # the headerless re-read below reads it so too
+                with _open_bytes(path, label) as f:  # and a commented header is told by it
+                    head = f.read(1 << 16).decode(fallback, errors="replace").splitlines()[:50]
             commented = [
                 line for line in head[:skip] if line.startswith("#") and _header_names(line) >= 3
             ]
@@ -583,9 +587,11 @@ def _legacy_encoding(path: Path, label: str) -> str:
         raw = f.read(1 << 16)
     raw = raw[: raw.rfind(b"\n") + 1] or raw  # no character cut in half at the end
 
-    def names(encoding: str) -> int:
-        lines = raw.decode(encoding, errors="replace").splitlines()[:40]
-        return max((_header_names(line) for line in lines), default=0)
+    def names(encoding: str) -> tuple[int, int]:
+        text = raw.decode(encoding, errors="replace")
+        lines = text.splitlines()[:40]
+        found = max((_header_names(line) for line in lines), default=0)
+        return found, -text.count("\ufffd")  # a tie goes to a code page that decodes it all
 
     return max(_LEGACY_ENCODINGS, key=names)  # max keeps the first of equals
 
