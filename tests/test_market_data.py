@@ -1787,6 +1787,15 @@ def test_cryptodatadownload_hours_chinese_dates_and_moex_layouts(tmp_path):
     assert df.iloc[0].tolist() == [107.88, 108.0, 107.57, 107.74, 5090.0]
 
 
+@pytest.mark.parametrize("mark", ["am", "a.m.", "AM"])
+def test_lower_case_and_dotted_twelve_hour_marks(tmp_path, mark):
+    """'11:00 am' then '12:00 pm' was refused: pandas inferred '%H:%M am', a literal 'am'."""
+    later = mark.replace("a", "p").replace("A", "P")
+    stamps = [f"2024-01-02 11:00 {mark}", f"2024-01-02 12:00 {later}", f"2024-01-02 1:00 {later}"]
+    df = load_ohlcv(write(tmp_path, bars(stamps)), min_rows=1)
+    assert list(df.index) == list(pd.date_range("2024-01-02 11:00", periods=3, freq="h"))
+
+
 def test_turkish_code_page_and_git_lfs_pointers(tmp_path, caplog):
     """An Investing.com file saved by Turkish Excel (Windows-1254) was read as Windows-1252:
     Şimdi, Açılış and Düşük came out as Þimdi, Açýlýþ and Düþük, refused as missing columns.

@@ -795,12 +795,14 @@ def _gap_ratio(stamps: pd.DatetimeIndex) -> float:
 _HOUR_AM_PM = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{1,2})-([AaPp][Mm])")
 # Chinese and Japanese dates: 2012年3月21日 (a time of day may follow).
 _CJK_DATE = re.compile(r"(\d{4})年(\d{1,2})月(\d{1,2})日")
+# A 12-hour clock's mark as pandas infers no format for: lower case or dotted (11:00 am, 1 p.m.).
+_AM_PM_MARK = re.compile(r"(\d\s*)([AaPp])\.?[Mm]\.?$")
 
 
 def _spelled_out(text: pd.Series) -> pd.Series:
-    """Dates written in forms no format string reads, rewritten as ISO row by row (2019-10-17
-    09:00 AM, 2012-03-21) when the first value is one; other values are left as they are, for
-    the error to name the first that does not read."""
+    """Dates written in forms no format string reads, rewritten row by row (2019-10-17 09:00 AM,
+    2012-03-21, 11:00 AM for 11:00 a.m.) when the first value is one; other values are left as
+    they are, for the error to name the first that does not read."""
     first = str(text.iloc[0]) if len(text) else ""
     if _HOUR_AM_PM.fullmatch(first):
         return text.str.replace(f"^{_HOUR_AM_PM.pattern}$", r"\1 \2:00 \3", regex=True)
@@ -810,6 +812,9 @@ def _spelled_out(text: pd.Series) -> pd.Series:
             lambda m: f"{m[1]}-{int(m[2]):02d}-{int(m[3]):02d}",
             regex=True,
         )
+    mark = _AM_PM_MARK.search(first)
+    if mark is not None and not re.fullmatch(r"[AP]M", first[mark.start(2) :]):
+        return text.str.replace(_AM_PM_MARK.pattern, lambda m: f"{m[1]}{m[2].upper()}M", regex=True)
     return text
 
 
