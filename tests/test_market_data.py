@@ -1817,6 +1817,13 @@ def test_turkish_code_page_and_git_lfs_pointers(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
         assert load_ohlcv(path, min_rows=1)["open"].tolist() == [10.0]
     assert "reading it as Windows-1252" in caplog.text
+    # A line before the header is told in the code page too (in UTF-8 the Turkish names were
+    # not names, and "Sembol,THYAO" was taken for the header).
+    block = (
+        "Sembol,THYAO\nTarih,Açılış,Yüksek,Düşük,Şimdi,Hacim\n2024-01-02,10.0,11.0,9.0,10.5,1500\n"
+    )
+    path.write_bytes(block.encode("cp1254"))
+    assert load_ohlcv(path, min_rows=1)["close"].tolist() == [10.5]
     # A tie on the column names goes to the code page that decodes every byte (Ź is 0x8F in
     # Windows-1250, a byte Windows-1252 lacks: the file was refused as not text).
     polish = "date,name,open,high,low,close\n2024-01-02,Źródło Ťest,10.0,11.0,9.0,10.5\n"
@@ -1826,6 +1833,18 @@ def test_turkish_code_page_and_git_lfs_pointers(tmp_path, caplog):
     headerless = "2024-01-02,10.0,11.0,9.0,10.5,1500\n2024-01-03,10.5,11.5,10.0,11.0,1600\n"
     path.write_bytes((headerless + "# Börse Frankfurt\n").encode("cp1252"))
     assert load_ohlcv(path, min_rows=1)["close"].tolist() == [10.5, 11.0]
+    unreadable = write(tmp_path, "date,open,high,low,close\n2024-01-02,1,2,0.5,1.5\n", "x.csv")
+    real_open = Path.open
+
+    def refuse(self, *args, **kwargs):  # root reads a chmod 000 file: refuse it here
+        if self == unreadable:
+            raise PermissionError(13, "Permission denied")
+        return real_open(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Path, "open", refuse)
+        with pytest.raises(DataError, match=r"x\.csv: cannot read file: .*Permission denied"):
+            load_ohlcv(unreadable)
     lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 128\n"
     for name in ("all_stocks_5yr.csv", "prices.csv.gz", "prices.parquet", "prices.xlsx"):
         with pytest.raises(DataError) as err:  # whatever its suffix: LFS stores any file so

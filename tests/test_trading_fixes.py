@@ -642,6 +642,29 @@ def test_the_utc_reading_of_local_midnight_bars_is_chosen_only_for_runs_that_had
     with pytest.raises(DataError, match="has changed since the run trained"):
         check_same_data(spec, new)
     assert "were read in UTC" not in caplog.text
+    # A record from before timestamps had their own hash (all such runs read in UTC), of a
+    # London year whose first and last bars fall in winter: its unchanged file still reads.
+    year = [
+        d.isoformat(sep=" ") for d in pd.bdate_range("2020-01-02", "2020-12-30", tz="Europe/London")
+    ]
+    spec = write("VOD.L.csv", year)
+    with midnight_offsets_in_utc():
+        older = record(load_market_frame(spec))
+    del older["index_sha256"]
+    assert older["first"].endswith("00:00:00") and older["last"].endswith("00:00:00")
+    assert check_same_data(spec, older) is True
+    # An intraday run evaluated on another file of daily offset bars: new data, not its own.
+    from foxhunt.runs import load_recorded_frame
+
+    hourly = {**new, "first": "2020-01-02 05:00:00", "last": "2020-03-02 05:00:00"}
+    ny = [
+        d.isoformat(sep=" ")
+        for d in pd.bdate_range("2020-01-02", periods=60, tz="America/New_York")
+    ]
+    other = write("SPY.csv", ny)
+    caplog.clear()
+    assert load_recorded_frame(spec, other.market.data, hourly)[1] is False
+    assert "were read in UTC" not in caplog.text
     naive = [d.strftime("%Y-%m-%d") for d in pd.bdate_range("2020-01-01", periods=300)]
     spec = write("naive.csv", naive)
     rec = record(load_market_frame(spec))

@@ -597,11 +597,20 @@ def load_recorded_frame(
     source = data_override if data_override is not None else spec.market.data
     index = getattr(df, "index", None)
     rows = int(recorded["rows"])
+    older = "index_sha256" not in recorded  # written before local dates: UTC times
+
+    def same_bars(frame: Any) -> bool:  # the run's bars at the recorded times
+        if len(frame) < rows:
+            return False
+        if older:  # only the values' hash (it covers the timestamps too)
+            return _hash_rows(frame, rows) == recorded["sha256"]
+        return _hash_index(frame, rows) == recorded["index_sha256"]
+
     if (
         source is None
         or len(df) == 0
         or not bool((index == index.normalize()).all())
-        or (len(df) >= rows and _hash_index(df, rows) == recorded.get("index_sha256"))
+        or same_bars(df)
     ):
         return df, False
     from foxhunt.markets._timestamps import midnight_offsets_in_utc
@@ -613,12 +622,14 @@ def load_recorded_frame(
         return df, False  # no offsets in the file: one reading
     import pandas as pd
 
-    reproduces = len(legacy) >= rows and _hash_index(legacy, rows) == recorded.get("index_sha256")
+    reproduces = same_bars(legacy)
     try:
         ends = [pd.Timestamp(recorded[k]) for k in ("first", "last")]
     except ValueError:
         ends = []
-    utc_record = any(t != t.normalize() for t in ends)  # a local-date record is all midnight
+    # A local-date record is all midnight; only the run's own file (a --data file not holding
+    # the run's bars is new data, and an intraday run's record is not at midnight either).
+    utc_record = data_override is None and (older or any(t != t.normalize() for t in ends))
     holds_first = bool(ends) and ends[0] in stamps
     if not (reproduces or (utc_record and (holds_first or str(stamps[-1]) == recorded["last"]))):
         return df, False  # not that: the check says what changed

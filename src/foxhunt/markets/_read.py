@@ -155,12 +155,16 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
         raise DataError(f"{label}: is not a regular file (a pipe or a device), expected a file")
     if path.stat().st_size == 0:
         raise DataError(f"{label}: file is empty")
-    with path.open("rb") as f:  # whatever its suffix (.csv.gz, .parquet): not decompressed
-        if f.read(40).startswith(b"version https://git-lfs.github.com/spec/"):
-            raise DataError(
-                f"{label}: a Git LFS pointer, not the data (a repository cloned without "
-                "git-lfs): fetch the file with `git lfs pull`"
-            )
+    try:
+        with path.open("rb") as f:  # whatever its suffix (.csv.gz, .parquet): not decompressed
+            lfs = f.read(40).startswith(b"version https://git-lfs.github.com/spec/")
+    except OSError as exc:  # unreadable (permissions): said as any reader's error is
+        raise DataError(f"{label}: cannot read file: {first_line(exc)}") from None
+    if lfs:
+        raise DataError(
+            f"{label}: a Git LFS pointer, not the data (a repository cloned without "
+            "git-lfs): fetch the file with `git lfs pull`"
+        )
     try:
         if suffix == ".xlsx":
             frame = _read_excel(path, label)
@@ -185,6 +189,13 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 # Not UTF-8: what Excel writes in the user's locale (Eröffnung with the byte
                 # 0xF6 in Windows-1252, Açılış in Windows-1254, 日付,始値 in Shift-JIS).
                 fallback = _legacy_encoding(path, label)
+                # The header's names are told in the code page (a title line before a
+                # Turkish header was taken for the header: its names read as U+FFFD in UTF-8).
+                with _open_bytes(path, label) as f:
+                    head = f.read(1 << 16).decode(fallback, errors="replace").splitlines()[:50]
+                skip = _leading_comments(head)
+                sep = _delimiter(head[skip:])
+                dtype = None if sep == "," else str
                 try:
                     frame = _read_csv(path, sep, dtype, fallback, skip, label)
                 except UnicodeDecodeError:
@@ -198,8 +209,6 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                     "%s: not UTF-8 text; reading it as %s", label, _LEGACY_ENCODINGS[fallback]
                 )
                 encoding = fallback  # the headerless re-read below reads it so too
-                with _open_bytes(path, label) as f:  # and a commented header is told by it
-                    head = f.read(1 << 16).decode(fallback, errors="replace").splitlines()[:50]
             commented = [
                 line for line in head[:skip] if line.startswith("#") and _header_names(line) >= 3
             ]
