@@ -965,11 +965,19 @@ def _leave_process_group(*, wait: bool) -> None:
     halted run waits at a barrier for its peers (they stop at the same boundary); another error
     does not (a peer may be gone, or inside a collective this rank will never join), it only
     tears its side down."""
+    import gc
+
     import torch.distributed as dist
 
     from foxhunt.distributed import shutdown
 
     with contextlib.suppress(Exception):
+        if dist.is_available() and dist.is_initialized():
+            # The finished trainer is garbage held in reference cycles: its DDP reducer, with
+            # the gloo work it keeps, is freed now, not at interpreter finalization, where
+            # releasing tensors from gloo's threads aborts the process (a rare SIGABRT seen
+            # under load; pytorch/pytorch#179291 describes the mechanism).
+            gc.collect()
         if wait:
             shutdown()
         elif dist.is_available() and dist.is_initialized():
