@@ -1852,6 +1852,22 @@ def test_turkish_code_page_and_git_lfs_pointers(tmp_path, caplog):
         assert_one_line(err, "a Git LFS pointer, not the data", "git lfs pull")
 
 
+def test_a_time_column_with_an_empty_header_after_the_date_is_read(tmp_path, caplog):
+    """'Date,,Open,...': the time of day's header left empty. Refused as "timestamp ...
+    duplicates row 1" (the times were ignored), which points away from the cause; one bar a
+    day in that layout would have lost its times silently."""
+    text = "Date,,Open,High,Low,Close,Volume\n" + "".join(
+        f"2024-01-02,09:3{i},1,2,0.5,1.5,10\n" for i in range(3)
+    )
+    with caplog.at_level("WARNING", logger="foxhunt.markets.data"):
+        df = load_ohlcv(write(tmp_path, text), min_rows=1)
+    assert list(df.index) == list(pd.date_range("2024-01-02 09:30", periods=3, freq="min"))
+    assert "the column after 'Date' has no name and holds times of day" in caplog.text
+    numbers = text.replace(",09:3", ",7")  # an unnamed column of numbers: not a time
+    with pytest.raises(DataError, match="duplicates row 1"):
+        load_ohlcv(write(tmp_path, numbers, "n.csv"), min_rows=1)
+
+
 def test_bars_dated_at_local_midnight_keep_their_dates(tmp_path):
     """yfinance writes daily and weekly bars as local midnight with an offset. Converted to
     UTC, Tokyo's 4 January was dated 3 January 15:00 (a holiday there), and London's weekly

@@ -60,6 +60,18 @@ def _timestamp_source(frame: pd.DataFrame, label: str) -> tuple[pd.Series, str]:
     # Separate date and time columns (MetaTrader, MetaStock/Stooq exports) are joined into one.
     date_alias = next((a for a in _DATE_ONLY_ALIASES if a in has), None)
     time_alias = next((a for a in _TIME_OF_DAY_ALIASES if a in by_norm), None)
+    if date_alias and time_alias is None:  # "Date,,Open,...": the time's header left empty
+        columns = list(frame.columns)
+        after = columns.index(by_norm[date_alias]) + 1
+        if after < len(columns) and re.fullmatch(r"unnamed: \d+|", _norm(columns[after])):
+            clock = frame[columns[after]].astype(str).str.strip()
+            if len(clock) and clock.str.fullmatch(_TIME_OF_DAY.pattern).all():
+                log.warning(
+                    "%s: the column after %r has no name and holds times of day: read as the time",
+                    label,
+                    str(by_norm[date_alias]),
+                )
+                by_norm["time"], time_alias = columns[after], "time"
     if date_alias and time_alias and not has & {"timestamp", "datetime", "date time"}:
         dcol = by_norm[date_alias]
         dates = frame[dcol].astype(str).str.strip()
