@@ -567,7 +567,10 @@ def test_bars_per_year_from_partial_days_come_with_a_caveat(tmp_path):
     trades about 360 000, every Sharpe 3x too small, and nothing said."""
     import pandas as pd
 
-    from foxhunt.backtest import infer_periods_per_year, periods_per_year_caveat
+    from foxhunt.backtest import infer_periods_per_year, periods_per_year_with_caveat
+
+    def periods_per_year_caveat(timestamps):
+        return periods_per_year_with_caveat(timestamps)[1]
 
     afternoon = pd.date_range("2024-03-04 13:49", periods=131, freq="min")
     assert infer_periods_per_year(afternoon) == pytest.approx(131 * 365.25 * 5 / 7)

@@ -31,15 +31,22 @@ def test_discrete_observations_become_one_hot_vectors() -> None:
     assert shifted.observation(-3)[0] == 1.0
 
 
-def test_toy_text_state_round_trips_for_exact_resume() -> None:
-    env, copy = make_gym_env("FrozenLake-v1"), make_gym_env("FrozenLake-v1")
+def _stepped_and_restored(env_id: str, actions: tuple[int, ...]) -> tuple[gym.Env, gym.Env, dict]:
+    """An env stepped by ``actions`` from seed 4, another reset with seed 99 then given the
+    first's state through JSON (what a checkpoint holds), and that state."""
+    env, copy = make_gym_env(env_id), make_gym_env(env_id)
     env.reset(seed=4)
-    for a in (1, 2, 2):
+    for a in actions:
         env.step(a)
     copy.reset(seed=99)
     state = get_env_state(env)
     assert state is not None
     set_env_state(copy, json.loads(json.dumps(state)))
+    return env, copy, state
+
+
+def test_toy_text_state_round_trips_for_exact_resume() -> None:
+    env, copy, _ = _stepped_and_restored("FrozenLake-v1", (1, 2, 2))
     for a in [1, 2, 1, 2, 0, 3] * 4:
         a_out, b_out = env.step(a), copy.step(a)
         assert np.array_equal(a_out[0], b_out[0]) and a_out[1:4] == b_out[1:4]
@@ -52,14 +59,7 @@ def test_classic_control_state_round_trips_mid_episode(env_id: str) -> None:
     """Acrobot keeps its state float32 after reset and float64 after a step, MountainCar an
     array after reset and a tuple after a step: a mid-episode checkpoint of either was refused
     on resume (exit 2), as the fresh env's value had the other kind."""
-    env, copy = make_gym_env(env_id), make_gym_env(env_id)
-    env.reset(seed=4)
-    for a in (0, 1, 0):
-        env.step(a)
-    copy.reset(seed=99)
-    state = get_env_state(env)
-    assert state is not None
-    set_env_state(copy, json.loads(json.dumps(state)))
+    env, copy, state = _stepped_and_restored(env_id, (0, 1, 0))
     before = env.unwrapped.state if hasattr(env.unwrapped, "state") else env.unwrapped.s
     after = copy.unwrapped.state if hasattr(copy.unwrapped, "state") else copy.unwrapped.s
     assert type(after) is type(before) and np.array_equal(np.asarray(after), np.asarray(before))

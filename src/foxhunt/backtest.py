@@ -280,16 +280,14 @@ def infer_periods_per_year(timestamps: Any, default: float = 252.0) -> float:
       intervals / span in years (weekly, monthly bars have no week to read; two weeks of
       2-day bars are not daily bars).
     """
-    return _periods_per_year(timestamps, default)[0]
+    return periods_per_year_with_caveat(timestamps, default)[0]
 
 
-def periods_per_year_caveat(timestamps: Any) -> str | None:
-    """Why :func:`infer_periods_per_year` may be off for these timestamps (intraday bars
-    without one whole day among them), or None: said in a warning and in the report."""
-    return _periods_per_year(timestamps, 252.0)[1]
-
-
-def _periods_per_year(timestamps: Any, default: float) -> tuple[float, str | None]:
+def periods_per_year_with_caveat(
+    timestamps: Any, default: float = 252.0
+) -> tuple[float, str | None]:
+    """:func:`infer_periods_per_year`, and why it may be off for these timestamps (intraday bars
+    without one whole day among them) or None: said in a warning and in the report."""
     ts = _utc_datetime64(timestamps)
     if ts is None or ts.size < 3:
         return default, None

@@ -735,21 +735,20 @@ def build_trading(
         train_end, val_end = bounds
     else:
         check_split_sizes(n, train_end, val_end, m, config.window, source)
-    # The last bar training or model selection saw: a backtest of another file on bars up to
-    # it is in-sample (see session.backtest_run).
-    from foxhunt.backtest import infer_periods_per_year, median_bar_seconds, periods_per_year_caveat
+    from foxhunt.backtest import median_bar_seconds, periods_per_year_with_caveat
 
-    caveat = periods_per_year_caveat(df.index)
+    ppy, caveat = periods_per_year_with_caveat(df.index)
     if caveat is not None and recorded is None:  # said once, when the run is trained
         log.warning("%s: %s", source or "the market", caveat)
-
     record = {
         **identity,
         "train_end": train_end,
         "val_end": val_end,
+        # The last bar training or model selection saw: a backtest of another file on bars up
+        # to it is in-sample (see session.backtest_run).
         "validated_last": str(df.index[val_end - 1]),
         # The bar frequency trained on: a backtest on bars of another says so.
-        "periods_per_year": round(infer_periods_per_year(df.index), 1),
+        "periods_per_year": round(ppy, 1),
         "bar_seconds": median_bar_seconds(df.index),
     }
     try:

@@ -1177,8 +1177,7 @@ def backtest_run(
         fits(TradingEnv(span, config, eval_mode=True), "the trading env")
     # The bar frequency is the file's, read once from all of it: a span's own timestamps would
     # give each split its own rate (a test span inside one session, a weekend, a data gap).
-    ppy = bt.infer_periods_per_year(setup.market.timestamps)
-    caveat = bt.periods_per_year_caveat(setup.market.timestamps)
+    ppy, caveat = bt.periods_per_year_with_caveat(setup.market.timestamps)
     if caveat is not None:
         log.warning("%s: %s", data or spec.market.data or "the market", caveat)
     if data is not None and recorded is not None:

@@ -176,11 +176,7 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 frame = frame.reset_index()
         else:
             encoding, head = _sniff_text(path, suffix, label)
-            skip = _leading_comments(head)
-            sep = _delimiter(head[skip:])
-            # Outside comma-delimited files the decimal mark is not known in advance ("12.345"
-            # may be 12345 in a German file): read text and decide once for the whole file.
-            dtype = None if sep == "," else str
+            skip, sep, dtype = _layout(head)
             try:
                 frame = _read_csv(path, sep, dtype, encoding, skip, label)
             except UnicodeDecodeError:
@@ -188,14 +184,10 @@ def _read_source(source: str | Path | pd.DataFrame) -> tuple[pd.DataFrame, str]:
                     raise
                 # Not UTF-8: what Excel writes in the user's locale (Eröffnung with the byte
                 # 0xF6 in Windows-1252, Açılış in Windows-1254, 日付,始値 in Shift-JIS).
-                fallback = _legacy_encoding(path, label)
+                fallback, head = _legacy_encoding(path, label)
                 # The header's names are told in the code page (a title line before a
                 # Turkish header was taken for the header: its names read as U+FFFD in UTF-8).
-                with _open_bytes(path, label) as f:
-                    head = f.read(1 << 16).decode(fallback, errors="replace").splitlines()[:50]
-                skip = _leading_comments(head)
-                sep = _delimiter(head[skip:])
-                dtype = None if sep == "," else str
+                skip, sep, dtype = _layout(head)
                 try:
                     frame = _read_csv(path, sep, dtype, fallback, skip, label)
                 except UnicodeDecodeError:
@@ -439,11 +431,11 @@ def _read_csv(
     if name.endswith(".zip") or (not name.endswith(".gz") and _is_gzip(path)):
         with _open_bytes(path, label) as f:
             source = io.BytesIO(f.read())
-    with warnings.catch_warnings(record=True) as caught:
+
+    def read(names: list[str] | None = None) -> pd.DataFrame:
         # index_col=False: data rows with a trailing delimiter the header lacks must not turn
         # the first column into the index and shift every other column one place left.
-        warnings.simplefilter("always", pd.errors.ParserWarning)
-        frame = pd.read_csv(
+        return pd.read_csv(
             source,
             sep=sep,
             skipinitialspace=True,
@@ -452,7 +444,12 @@ def _read_csv(
             skiprows=skip,
             index_col=False,
             header=header,
+            names=names,
         )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", pd.errors.ParserWarning)
+        frame = read()
     if any(issubclass(w.category, pd.errors.ParserWarning) for w in caught):
         # Some row has more fields than the header: pandas dropped the extras. Harmless when
         # they are empty (a trailing delimiter); otherwise say where.
@@ -470,17 +467,7 @@ def _read_csv(
         )
         if isinstance(source, io.BytesIO):
             source.seek(0)
-        frame = pd.read_csv(
-            source,
-            sep=sep,
-            skipinitialspace=True,
-            dtype=dtype,
-            encoding=encoding,
-            skiprows=skip,
-            index_col=False,
-            header=0,
-            names=names,
-        )
+        frame = read(names)  # header=0: the file's header line replaced by these names
     return frame
 
 
@@ -588,10 +575,11 @@ _LEGACY_ENCODINGS = {
 }
 
 
-def _legacy_encoding(path: Path, label: str) -> str:
-    """The code page of a file that is not UTF-8: the one whose decoding shows the most known
-    column names (Turkish Şimdi and Açılış read as Þimdi and Açýlýþ in Windows-1252, and
-    match nothing). They all decode most bytes, so the names decide."""
+def _legacy_encoding(path: Path, label: str) -> tuple[str, list[str]]:
+    """The code page of a file that is not UTF-8, and its first lines in it: the one whose
+    decoding shows the most known column names (Turkish Şimdi and Açılış read as Þimdi and
+    Açýlýþ in Windows-1252, and match nothing). They all decode most bytes, so the names
+    decide."""
     with _open_bytes(path, label) as f:
         raw = f.read(1 << 16)
     raw = raw[: raw.rfind(b"\n") + 1] or raw  # no character cut in half at the end
@@ -602,7 +590,17 @@ def _legacy_encoding(path: Path, label: str) -> str:
         found = max((_header_names(line) for line in lines), default=0)
         return found, -text.count("\ufffd")  # a tie goes to a code page that decodes it all
 
-    return max(_LEGACY_ENCODINGS, key=names)  # max keeps the first of equals
+    best = max(_LEGACY_ENCODINGS, key=names)  # max keeps the first of equals
+    return best, raw.decode(best, errors="replace").splitlines()[:50]
+
+
+def _layout(head: list[str]) -> tuple[int, str, type | None]:
+    """(lines before the header, delimiter, dtype) of a CSV from its first lines. Outside
+    comma-delimited files the decimal mark is not known in advance ("12.345" may be 12345 in
+    a German file): read text and decide once for the whole file."""
+    skip = _leading_comments(head)
+    sep = _delimiter(head[skip:])
+    return skip, sep, None if sep == "," else str
 
 
 def _leading_comments(lines: list[str]) -> int:
