@@ -221,15 +221,19 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted_run(
     assert_same_run(reference.done(), crashed)
 
 
-@pytest.mark.parametrize(
-    "signum,code,said",
-    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
-)
+STOPS = [
+    (signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+    (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    (signal.SIGHUP, 129, "hung up (SIGHUP: the terminal closed)"),
+]
+
+
+@pytest.mark.parametrize("signum,code,said", STOPS)
 def test_ctrl_c_checkpoint_resumes_exactly(
     tmp_path: Path, reference: Reference, signum: int, code: int, said: str
 ) -> None:
-    """Ctrl-C (SIGINT) or kill's SIGTERM saves a checkpoint; twice interrupted, the run must
-    still be exact."""
+    """Ctrl-C (SIGINT), kill's SIGTERM or a closed terminal's SIGHUP (which ended the run with
+    no checkpoint) saves a checkpoint; twice interrupted, the run must still be exact."""
     run_dir = tmp_path / "interrupted"
     rng = random.Random(7)
     for argv in (train_args(run_dir), ["resume", str(run_dir), "--no-progress"]):
@@ -265,10 +269,14 @@ def test_ctrl_c_checkpoint_resumes_exactly(
     assert_same_run(reference.done(), run_dir)
 
 
-def test_ctrl_c_with_async_env_workers_stops_cleanly(tmp_path: Path) -> None:
-    """Ctrl-C reaches the whole process group, async env workers included: they ignore it, so
-    the trainer saves its checkpoint and closes them (a worker dying first broke the pipe and
-    the CLI said "error: Broken pipe"), and nothing prints a worker's traceback."""
+@pytest.mark.parametrize("signum,code,said", STOPS)
+def test_ctrl_c_with_async_env_workers_stops_cleanly(
+    tmp_path: Path, signum: int, code: int, said: str
+) -> None:
+    """Ctrl-C, Slurm's or systemd's SIGTERM and a closed terminal's SIGHUP reach the whole
+    process group, async env workers included: they ignore it, so the trainer saves its
+    checkpoint and closes them (a worker dying first broke the pipe and the CLI said "error:
+    Broken pipe", exit 2, for SIGTERM), and nothing prints a worker's traceback."""
     run_dir = tmp_path / "async"
     args = train_args(run_dir)
     args[args.index(str(TOTAL))] = "100000"
@@ -280,11 +288,63 @@ def test_ctrl_c_with_async_env_workers_stops_cleanly(tmp_path: Path) -> None:
     end = time.monotonic() + 120
     while proc.poll() is None and not latest_step(run_dir) and time.monotonic() < end:
         time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    os.killpg(proc.pid, signum)  # what Ctrl-C in a terminal does
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
+    assert f"foxhunt: {said} at env step" in err, err
     assert "checkpoint saved: continue with" in err and "Traceback" not in err, err
     assert "Broken pipe" not in err
+
+
+def test_a_sighup_under_nohup_does_not_stop_the_run(tmp_path: Path) -> None:
+    """nohup ignores SIGHUP so that a run outlives its terminal: foxhunt leaves it ignored."""
+    run_dir = tmp_path / "nohup"
+    hup = "import signal, sys, runpy; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+    hup += "sys.argv = ['foxhunt', *sys.argv[1:]]; runpy.run_module('foxhunt', run_name='__main__')"
+    args = train_args(run_dir)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", hup, *args], env=env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    end = time.monotonic() + 120
+    while proc.poll() is None and not latest_step(run_dir) and time.monotonic() < end:
+        time.sleep(0.001)
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert (run_dir / "model.safetensors").is_file()
+
+
+def test_a_closed_stdout_stops_the_printing_not_the_run(tmp_path: Path) -> None:
+    """`foxhunt train | head -1`, or a log reader (tee) that died: rich turned the broken pipe
+    into SystemExit(1), and the run ended silently with no checkpoint and no model."""
+    run_dir = tmp_path / "piped"
+    args = [a for a in train_args(run_dir) if a != "--no-progress"]  # progress lines to write
+    proc = subprocess.Popen(
+        cli(*args), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().startswith("foxhunt: run ")
+    proc.stdout.close()  # what `head -1` does after its line
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "stdout is closed (Broken pipe): foxhunt prints nothing more there" in err
+    assert (run_dir / "model.safetensors").is_file() and (run_dir / "summary.json").is_file()
+
+
+def test_a_name_stdout_cannot_encode_is_escaped(tmp_path: Path) -> None:
+    """A run directory named in Cyrillic on an ASCII stdout (a redirected Windows console is
+    cp1252): print() raised UnicodeEncodeError with a traceback, leaving a half-made run."""
+    run_dir = tmp_path / "ран €"
+    done = subprocess.run(
+        cli(*train_args(run_dir)),
+        env={**env(), "PYTHONIOENCODING": "ascii"},
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode("ascii")  # raises if a character is not ASCII
+    assert "\\u0440\\u0430\\u043d \\u20ac" in out
+    assert (run_dir / "model.safetensors").is_file()
 
 
 def test_a_stop_during_the_final_save_is_finished_by_resume(tmp_path: Path, monkeypatch) -> None:

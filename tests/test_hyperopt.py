@@ -239,13 +239,36 @@ def test_invalid_sample_is_pruned_not_crashed(monkeypatch: pytest.MonkeyPatch) -
     assert "batch_size must be greater than 0, got: 0" in t.user_attrs["pruned_reason"]
 
 
-def test_no_completed_trial_is_an_error_naming_the_reason(tmp_path: Path) -> None:
-    # learning_starts 64 >= 50 total steps: no update could run, every trial is pruned.
-    with pytest.raises(FoxhuntError, match=r"no trial completed.*no optimizer step would run"):
-        run_hyperopt(tiny_spec(total_steps=50), n_trials=2, run_dir=tmp_path)
+def test_no_completed_trial_is_an_error_naming_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hyperopt, "search_space", lambda trial, base, fixed: {"batch_size": 0})
+    with pytest.raises(FoxhuntError, match=r"no trial completed.*invalid configuration"):
+        run_hyperopt(tiny_spec(), n_trials=2, run_dir=tmp_path)
     rows = read_trials(tmp_path / "trials.csv")
     assert [r["state"] for r in rows] == ["PRUNED", "PRUNED"]
     assert not (tmp_path / "best_config.yaml").exists()
+
+
+def test_a_budget_no_trial_can_learn_in_is_refused_before_any_trial(tmp_path: Path) -> None:
+    # learning_starts 64 > the 50 steps of the budget, and the search never lowers
+    # learning_starts: every trial was pruned, one by one, for as many as asked (hours of them).
+    with pytest.raises(ConfigError, match=r"total_env_steps 50 ends before learning_starts 64"):
+        run_hyperopt(tiny_spec(total_steps=50), n_trials=3, run_dir=tmp_path)
+    assert not (tmp_path / "trials.csv").exists()
+
+
+def test_a_trial_whose_batch_outgrows_the_budget_is_pruned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A large effective batch raises a trial's learning_starts past what the budget reaches.
+    far = {"learning_starts": 10 * STEPS, "buffer_capacity": 10 * STEPS}
+    monkeypatch.setattr(hyperopt, "search_space", lambda trial, base, fixed: far)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: objective(t, tiny_spec()), n_trials=1)
+    (t,) = study.trials
+    assert t.state == optuna.trial.TrialState.PRUNED
+    assert "no optimizer step would run" in t.user_attrs["pruned_reason"]
 
 
 # --- the study ------------------------------------------------------------------------------------
@@ -331,6 +354,51 @@ def test_a_trading_best_config_reproduces_the_trial(tmp_path: Path) -> None:
     trainer.learn(best.total_env_steps)
     assert trainer.evaluate() == out["best_value"]
     trainer.close()
+
+
+def test_continuing_a_study_with_its_sampler_seed_draws_new_configurations(
+    tmp_path: Path,
+) -> None:
+    """The documented way to continue a search is the same command again: with the seed alone,
+    TPE's random start-up drew the first trials' configurations again (trials 2 and 3 were
+    trials 0 and 1). The continuation is still reproducible."""
+
+    def params(storage: str) -> list[dict[str, Any]]:
+        for _ in range(2):
+            run_hyperopt(tiny_spec(), n_trials=2, storage=storage, sampler_seed=7)
+        study = optuna.load_study(study_name="foxhunt", storage=storage)
+        return [t.params for t in study.trials]
+
+    first = params(f"sqlite:///{tmp_path}/a.db")
+    assert len(first) == 4 and first[2] not in first[:2] and first[3] not in first[:2]
+    assert params(f"sqlite:///{tmp_path}/b.db") == first
+
+
+def test_an_interrupted_trial_runs_again_when_the_study_continues(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in a trial queues its configuration: the continued study runs it first, with the
+    interrupted trial's seed, so it scores what that trial would have."""
+    from foxhunt.trainer import DQNTrainer, TrainingInterrupted
+
+    storage = f"sqlite:///{tmp_path}/study.db"
+    learn = DQNTrainer.learn
+
+    def interrupt(self: DQNTrainer, *args: object, **kwargs: object) -> object:
+        raise TrainingInterrupted(self.env_steps, None, signal.SIGTERM)
+
+    monkeypatch.setattr(DQNTrainer, "learn", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_hyperopt(tiny_spec(), n_trials=2, storage=storage, sampler_seed=5)
+    monkeypatch.setattr(DQNTrainer, "learn", learn)
+    run_hyperopt(tiny_spec(), n_trials=1, storage=storage, sampler_seed=5)
+    stopped, rerun = optuna.load_study(study_name="foxhunt", storage=storage).trials
+    assert stopped.state == optuna.trial.TrialState.FAIL
+    assert rerun.state == optuna.trial.TrialState.COMPLETE
+    assert rerun.params == stopped.params and rerun.user_attrs["rerun_of"] == 0
+    assert rerun.user_attrs["seed"] == stopped.user_attrs["seed"]
+    straight = run_hyperopt(tiny_spec(), n_trials=1, sampler_seed=5)  # never interrupted
+    assert straight["best_params"] == rerun.params and straight["best_value"] == rerun.value
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
@@ -502,8 +570,9 @@ def test_cli_hyperopt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ctrl-C during the second trial: that trial is pruned, no third starts, the first one's
-    results are written, then the interrupt goes on to the caller (the CLI exits 130)."""
+    """Ctrl-C during the second trial: that trial fails (pruned, it counted as a bad
+    configuration and never ran again) and is queued to run again, no third starts, the first
+    one's results are written, then the interrupt goes on to the caller (the CLI exits 130)."""
     from foxhunt.trainer import DQNTrainer, TrainingInterrupted
 
     learn = DQNTrainer.learn
@@ -520,8 +589,12 @@ def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(
         run_hyperopt(tiny_spec(), n_trials=3, run_dir=tmp_path)
     assert calls["n"] == 2  # the study stopped: no third trial
     assert stopped.value.signum == signal.SIGINT  # type: ignore[attr-defined]
-    rows = (tmp_path / "trials.csv").read_text().splitlines()
-    assert len(rows) == 3 and "interrupted (Ctrl-C)" in rows[2]
+    rows = read_trials(tmp_path / "trials.csv")
+    assert [r["state"] for r in rows] == ["COMPLETE", "FAIL", "WAITING"]
+    assert (
+        rows[1]["reason"] == "interrupted (Ctrl-C); queued to run again as the study's next trial"
+    )
+    assert rows[2]["reason"] == "runs trial 1 again (it was interrupted)"
     assert (tmp_path / "best_config.yaml").is_file()
     # SIGTERM (kill, a scheduler) is told apart, so the CLI exits 143 as training does.
     calls["n"] = 0
@@ -536,8 +609,8 @@ def test_ctrl_c_stops_the_study_and_keeps_the_finished_trials(
     with pytest.raises(KeyboardInterrupt) as stopped:
         run_hyperopt(tiny_spec(), n_trials=3, run_dir=tmp_path / "term")
     assert stopped.value.signum == signal.SIGTERM  # type: ignore[attr-defined]
-    rows = (tmp_path / "term" / "trials.csv").read_text().splitlines()
-    assert "terminated (SIGTERM)" in rows[2]
+    rows = read_trials(tmp_path / "term" / "trials.csv")
+    assert rows[1]["reason"].startswith("terminated (SIGTERM); queued")
 
 
 def test_run_hyperopt_from_python_keeps_other_results(tmp_path: Path) -> None:
@@ -578,8 +651,9 @@ def test_ctrl_c_outside_training_keeps_the_finished_trials_too(
     with pytest.raises(KeyboardInterrupt) as stopped:
         run_hyperopt(tiny_spec(), n_trials=4, run_dir=tmp_path / "build")
     assert stopped.value.signum == signal.SIGINT  # type: ignore[attr-defined]
-    rows = (tmp_path / "build" / "trials.csv").read_text().splitlines()
-    assert len(rows) == 4 and "interrupted (Ctrl-C)" in rows[3]
+    rows = read_trials(tmp_path / "build" / "trials.csv")
+    assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE", "FAIL", "WAITING"]
+    assert rows[2]["reason"].startswith("interrupted (Ctrl-C)")
     assert (tmp_path / "build" / "best_config.yaml").is_file()
     monkeypatch.setattr(DQNTrainer, "__init__", build)
     # Between trials: the interrupt comes out of Optuna (its storage writes), not a trial.

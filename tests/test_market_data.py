@@ -936,7 +936,8 @@ def test_gzip_without_its_suffix_and_binary_bytes_in_messages(tmp_path):
         load_ohlcv(junk)
     text = str(err.value)
     assert not any(ord(c) < 32 or ord(c) == 127 for c in text), repr(text)
-    assert "\\x00\\x01\\x02" in text
+    assert "\\x1b[31m" in text and "\\x7f" in text
+    assert "\\x00\\x01\\x02" in text or "Unnamed: 0" in text  # pandas 2: NULs are no name
 
 
 def test_a_headerless_file_that_starts_with_a_ticker_says_so(tmp_path):

@@ -18,7 +18,7 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -264,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument(
         "--storage",
         help="Optuna storage shared by every worker: sqlite:///study.db, a database URL, "
-        "or journal:PATH",
+        "or journal:PATH (a file: no heartbeats there, so a worker killed outright leaves its "
+        "trial RUNNING, where a database marks it failed)",
     )
     h.add_argument(
         "--sampler-seed",
@@ -773,44 +774,76 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: returns the exit code (0 ok, 2 user error, 130 interrupted, 143 SIGTERM)."""
+    """Entry point: returns the exit code (0 ok, 2 user error, 130 interrupted, 143 SIGTERM,
+    129 SIGHUP)."""
     args = build_parser().parse_args(argv)
-    # Called in-process (a notebook, a test, a script), main() leaves the caller's logging and
-    # SIGTERM handling as it found them.
+    # Called in-process (a notebook, a test, a script), main() leaves the caller's logging,
+    # signal handling and streams as it found them.
     root = logging.getLogger()
     root_handlers, root_level = list(root.handlers), root.level
-    sigterm_handler = signal.getsignal(signal.SIGTERM)
+    handlers = {sig: signal.getsignal(sig) for sig in _TERMINATING}
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
-        return _main(args)
+        with _escaping_streams():
+            return _main(args)
     finally:
         for handler in root.handlers[:]:
             if handler not in root_handlers:
                 root.removeHandler(handler)
                 handler.close()
         root.setLevel(root_level)
-        if sigterm_handler is not None:  # None: set from C, which Python cannot put back
-            with contextlib.suppress(ValueError):  # not the main thread: nothing was set
-                signal.signal(signal.SIGTERM, sigterm_handler)
+        for sig, previous in handlers.items():
+            if previous is not None:  # None: set from C, which Python cannot put back
+                with contextlib.suppress(ValueError):  # not the main thread: nothing was set
+                    signal.signal(sig, previous)
+
+
+# The signals (besides Ctrl-C) that end a command as one: SIGTERM (kill, docker stop, Slurm) and
+# SIGHUP (a closed terminal or SSH session), where the platform has it.
+_TERMINATING = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+@contextlib.contextmanager
+def _escaping_streams() -> Iterator[None]:
+    """stdout and stderr escape what their encoding lacks (a run directory named in Cyrillic on
+    an ASCII or cp1252 stream) instead of raising mid-command with a traceback."""
+    changed = []
+    for stream in (sys.stdout, sys.stderr):
+        errors = getattr(stream, "errors", None)
+        if errors == "strict" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
+                changed.append(stream)
+    try:
+        yield
+    finally:
+        for stream in changed:
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="strict")
 
 
 def _main(args: argparse.Namespace) -> int:
     """Runs the parsed command; turns user errors and interrupts into one line and an exit code."""
+    from foxhunt.errors import how_stopped, stop_signals
+
     terminated: list[int] = []
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        # kill, docker stop, Slurm and Kubernetes stop a job with SIGTERM: stop as Ctrl-C does,
-        # so training leaves a checkpoint to resume instead of losing the run.
+        # kill, docker stop, Slurm and Kubernetes stop a job with SIGTERM, a closed terminal
+        # with SIGHUP: stop as Ctrl-C does, so training leaves a checkpoint to resume instead of
+        # losing the run.
         terminated.append(signum)
         err = KeyboardInterrupt()
         err.signum = signum  # type: ignore[attr-defined]  # read as TrainingInterrupted's is
         raise err
 
     with contextlib.suppress(ValueError):  # only the main thread may set handlers
-        signal.signal(signal.SIGTERM, on_sigterm)
+        for sig in stop_signals():  # SIGHUP left alone under nohup
+            if sig != signal.SIGINT:
+                signal.signal(sig, on_sigterm)
     try:
         if args.command == "train":
             import torch
@@ -840,10 +873,11 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_USER_ERROR
     except KeyboardInterrupt as err:
         # The trainer defers the signal to a loop boundary and says which one it was.
-        sigterm = bool(terminated) or getattr(err, "signum", None) == signal.SIGTERM
-        how = "terminated (SIGTERM)" if sigterm else "interrupted"
-        print(f"foxhunt: {_interrupted(err, args, how)}", file=sys.stderr)
-        return 128 + signal.SIGTERM if sigterm else 130
+        signum = int(getattr(err, "signum", 0) or (terminated[0] if terminated else 0))
+        signum = signum or signal.SIGINT
+        with contextlib.suppress(OSError):  # stderr gone with the terminal that hung up
+            print(f"foxhunt: {_interrupted(err, args, how_stopped(signum))}", file=sys.stderr)
+        return 128 + signum
     except OSError as err:  # the filesystem said no: a path the user chose, a full disk
         # os.replace(temp, target) (an atomic write) names the temp file first: the target is
         # the path the user knows.
@@ -947,16 +981,22 @@ def _interrupted(err: KeyboardInterrupt, args: argparse.Namespace, how: str) -> 
 
 @contextlib.contextmanager
 def _default_sigterm() -> Any:
-    """SIGTERM's default action (end the process) inside the block, the handler after it."""
+    """SIGTERM's (and SIGHUP's) default action (end the process) inside the block, the handlers
+    after it. A SIGHUP that ``nohup`` ignores stays ignored."""
     try:
-        handler = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        handlers = {
+            sig: signal.signal(sig, signal.SIG_DFL)
+            for sig in _TERMINATING
+            if signal.getsignal(sig) is not signal.SIG_IGN
+        }
     except ValueError:  # not the main thread: no handler was set either
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, handler)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def _leave_process_group(*, wait: bool) -> None:

@@ -348,7 +348,9 @@ class DQNHyperparameters(BaseModel):
     """Parallel environments stepped together (gymnasium.vector). At most 4096: every one is
     built before the first step, so a slip of the keyboard (a million) would hang there."""
     vector_env: Literal["sync", "async"] = "sync"
-    """Vector-env backend; async runs each env in its own process."""
+    """Vector-env backend; async runs each env in its own process. Where processes start by
+    spawning (macOS, Windows), a script that trains with it from Python needs the usual
+    ``if __name__ == "__main__":`` guard (the CLI needs nothing)."""
     seed: Seed = 0
     """Seed for Python, NumPy, torch, replay sampling and environments. The vector env seeds its
     sub-env i with ``seed + i`` (as SB3's ``make_vec_env`` and CleanRL do), so runs whose seeds

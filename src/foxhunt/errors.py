@@ -35,6 +35,30 @@ class TrainingHalted(FoxhuntError):
     """A health monitor with the ``stop`` policy ended training; the message says why."""
 
 
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop training at a loop boundary with a checkpoint: Ctrl-C, SIGTERM
+    (kill, docker stop, Slurm, systemd) and SIGHUP (the terminal or SSH session closed), the last
+    where the platform has it and nothing ignores it (``nohup`` does: the run goes on)."""
+    stops = [signal.SIGINT, signal.SIGTERM]
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
+        stops.append(hangup)
+    return tuple(stops)
+
+
+def how_stopped(signum: int) -> str:
+    """How a stop signal is named in messages: "interrupted (Ctrl-C)", "terminated (SIGTERM)"."""
+    if signum == signal.SIGINT:
+        return "interrupted (Ctrl-C)"
+    if signum == getattr(signal, "SIGHUP", None):
+        return "hung up (SIGHUP: the terminal closed)"
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return f"terminated ({name})"
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) honoured at a loop boundary; says where training stopped, what was
     saved and which signal asked (``signum``). Here, not in the trainer, so the CLI's Ctrl-C

@@ -10,6 +10,9 @@ Each trial trains a fresh :class:`~foxhunt.trainer.DQNTrainer` with its own seed
 run's seed and the trial number, so a trial is reproducible alone), reports every evaluation to the
 median pruner, and returns the final greedy evaluation. ``best_config.yaml`` holds the exact
 configuration of the best trial, seed included, so ``foxhunt train --config`` reproduces it.
+
+A trial stopped by Ctrl-C, SIGTERM or SIGHUP is recorded as failed (the sampler ignores it: its
+configuration was not judged) and queued to run again, with its seed, as the study's next trial.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import signal
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,7 @@ import optuna
 
 from foxhunt._io import atomic_write_text
 from foxhunt.config import DQNHyperparameters
-from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line
+from foxhunt.errors import ConfigError, FoxhuntError, TrainingHalted, first_line, how_stopped
 from foxhunt.runs import RunSpec, make_envs, require_spec
 from foxhunt.trainer import DQNTrainer, final_env_steps, planned_updates
 
@@ -71,6 +75,7 @@ _ATTR_SEED = "seed"
 _ATTR_REASON = "pruned_reason"
 _ATTR_TASK = "foxhunt_task"
 _ATTR_INTERRUPTED = "interrupted"
+_ATTR_RERUN = "rerun_of"  # an interrupted trial's number, on the trial queued to run it again
 
 
 # --- search space
@@ -88,8 +93,10 @@ def search_space(
     ``batch_size_x_accumulation``, offering the pairs that fit).
     Batch sizes and network widths are searched at half, equal and double the base values,
     because the base encodes what fits the user's memory and problem size. ``gradient_steps``
-    follows ``train_freq`` at the base's updates-per-env-step ratio, so every trial costs about
-    the same compute and ``train_freq`` only decides how bursty the updates are.
+    follows ``train_freq`` at the base's updates-per-env-step ratio, so ``train_freq`` mostly
+    decides how bursty the updates are, not how many; where the ratio asks for less than one
+    update per ``train_freq`` (0.5 a step with ``train_freq`` 1) a trial does one, more than
+    the base. Batch sizes and micro-batches still change what each update costs.
     """
     b = base.batch_size
     batch_choices = sorted({max(1, b // 2), b, 2 * b})
@@ -174,6 +181,15 @@ def _prune(trial: optuna.Trial, reason: str) -> optuna.TrialPruned:
     return optuna.TrialPruned(reason)
 
 
+class TrialInterrupted(Exception):
+    """Ends a trial stopped by a signal as failed (Optuna's convention for a trial that did not
+    finish: the sampler learns nothing from it); ``signum`` says which signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(how_stopped(signum))
+        self.signum = signum
+
+
 # --- objective
 def objective(
     trial: optuna.Trial,
@@ -195,7 +211,8 @@ def objective(
     try:
         # All of it, not the training alone: a Ctrl-C lands as often in the seconds of a
         # trainer's first build (lazy imports) or a storage write.
-        seed = trial_seed(base.seed, trial.number)
+        # A re-run of an interrupted trial trains what that trial would have: its seed too.
+        seed = trial_seed(base.seed, int(trial.user_attrs.get(_ATTR_RERUN, trial.number)))
         trial.set_user_attr(_ATTR_SEED, seed)
         try:
             hp = base.replace(**search_space(trial, base, fixed), seed=seed)
@@ -233,14 +250,22 @@ def objective(
     except TrainingHalted as err:
         raise _prune(trial, f"training halted: {err}") from None
     except KeyboardInterrupt as err:
-        # Ctrl-C or SIGTERM: end this trial as pruned and stop the study after it, so the trials
-        # already finished still reach trials.csv and best_config.yaml (the caller re-raises
-        # after, with the signal, so the CLI exits 130 or 143 as a training run does).
+        # Ctrl-C, SIGTERM or SIGHUP: end this trial as failed, queue its configuration to run
+        # again and stop the study after it, so the trials already finished still reach
+        # trials.csv and best_config.yaml (the caller re-raises after, with the signal, so the
+        # CLI exits 130 or 143 as a training run does). Pruned, it would have counted as a bad
+        # configuration, and never run again.
         signum = int(getattr(err, "signum", 0) or signal.SIGINT)
         trial.study.stop()
         trial.set_user_attr(_ATTR_INTERRUPTED, signum)
-        how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
-        raise _prune(trial, how) from None
+        reason = how_stopped(signum)
+        if trial.params:  # none yet: the next trial samples afresh
+            first = int(trial.user_attrs.get(_ATTR_RERUN, trial.number))
+            trial.study.enqueue_trial(dict(trial.params), user_attrs={_ATTR_RERUN: first})
+            reason += "; queued to run again as the study's next trial"
+        trial.set_user_attr(_ATTR_REASON, reason)
+        log.info("trial %d stopped: %s", trial.number, reason)
+        raise TrialInterrupted(signum) from None
     finally:
         if trainer is not None:
             trainer.close()
@@ -263,7 +288,11 @@ def _redact(url: str) -> str:
 
 def open_storage(storage: str | None) -> optuna.storages.BaseStorage | str | None:
     """Resolve a storage URL: ``journal:PATH`` (a journal file, NFS-safe locking), ``redis://``
-    (journal on Redis) or any SQLAlchemy URL (``sqlite:///study.db``, ``postgresql://...``)."""
+    (journal on Redis) or any SQLAlchemy URL (``sqlite:///study.db``, ``postgresql://...``).
+
+    Only a database gets heartbeats (Optuna's journal storage has none): there, the trial of a
+    worker killed outright (SIGKILL, a machine lost) is marked failed when the next trial
+    starts; in a journal it stays RUNNING."""
     if storage is None:
         return None
     if not isinstance(storage, str) or not storage.strip():
@@ -388,7 +417,7 @@ def _open_study(
     import sqlalchemy.exc
 
     resolved = open_storage(storage)
-    sampler = optuna.samplers.TPESampler(seed=sampler_seed, multivariate=True, constant_liar=True)
+    sampler = _sampler(sampler_seed)
     # Trials are judged only after 20 % of their budget, when learning has had a chance to start.
     pruner = optuna.pruners.MedianPruner(
         n_startup_trials=5, n_warmup_steps=spec.total_env_steps // 5
@@ -444,12 +473,29 @@ def _open_study(
         study.set_user_attr(_ATTR_TASK, task)
     elif stored != task:
         diffs = _diff(stored, task)
+        hint = ""
+        if not spec.is_trading and any(d.startswith("hyperparameters.") for d in diffs):
+            hint = "; a study made before Gymnasium envs trained from the classic preset needs "
+            hint += "--preset default"
         raise ConfigError(
             f"study_name {study_name!r} in storage {shown!r} was created for "
-            f"another run, got: {'; '.join(diffs[:3])} (use another --study-name; a study "
-            "made before Gymnasium envs trained from the classic preset needs --preset default)"
+            f"another run, got: {'; '.join(diffs[:3])} (use another --study-name{hint})"
         )
+    already = len(study.get_trials(deepcopy=False))
+    if sampler_seed is not None and already:
+        # Continuing a study: the seed alone would draw the first trials' random start-up
+        # configurations again. With the trials already there, it draws new ones, as
+        # reproducibly.
+        study.sampler = _sampler(sampler_seed, already)
     return study
+
+
+def _sampler(seed: int | None, trials_before: int = 0) -> optuna.samplers.BaseSampler:
+    """TPE (multivariate, with the constant liar so workers' running trials are not proposed
+    again), seeded from ``seed`` and the number of trials the study held before this process."""
+    if seed is not None and trials_before:
+        seed = int(np.random.SeedSequence([seed, trials_before]).generate_state(1)[0])
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
 
 
 # --- results
@@ -467,6 +513,8 @@ def _trials_csv(study: optuna.Study) -> str:
         if not reason and t.state == optuna.trial.TrialState.FAIL:
             # Marked failed by the storage's heartbeat check: no process said why.
             reason = "its worker stopped (killed or lost) while it ran"
+        if not reason and _ATTR_RERUN in t.user_attrs:
+            reason = f"runs trial {t.user_attrs[_ATTR_RERUN]} again (it was interrupted)"
         duration = t.duration.total_seconds() if t.duration is not None else None
         w.writerow(
             [
@@ -606,6 +654,7 @@ def run_hyperopt(
     if unknown:
         raise ConfigError(f"fixed names unknown hyperparameter(s): {', '.join(unknown)}")
     frozen = frozenset(fixed)
+    _check_budget(spec)
     envs = make_envs(spec)  # validates the environment / market before any trial starts
     study = _open_study(spec, storage, study_name, sampler_seed, frozen)
     interrupted = 0  # the signal that stopped this process's study; 0 while none did
@@ -614,17 +663,15 @@ def run_hyperopt(
         nonlocal interrupted
         try:
             return objective(trial, spec, envs=envs, fixed=frozen)
-        except optuna.TrialPruned:
-            # This process's Ctrl-C (another process's interrupted trial in a shared study
-            # must not stop this one).
-            interrupted = interrupted or int(trial.user_attrs.get(_ATTR_INTERRUPTED) or 0)
+        except TrialInterrupted as err:
+            interrupted = interrupted or err.signum
             raise
 
     from foxhunt.session import caller_rng_state
 
     try:
-        with caller_rng_state():  # each trial's trainer seeds the global RNGs
-            study.optimize(run_trial, n_trials=n_trials)
+        with caller_rng_state(), _quiet_interrupted_trials():  # trainers seed the global RNGs
+            study.optimize(run_trial, n_trials=n_trials, catch=(TrialInterrupted,))
     except KeyboardInterrupt as err:
         # Between trials (Optuna's own bookkeeping): the finished trials still get their files.
         interrupted = interrupted or int(getattr(err, "signum", 0) or signal.SIGINT)
@@ -670,3 +717,44 @@ def run_hyperopt(
         log.warning("hyperopt interrupted: %d trial(s) complete, files written", len(complete))
         raise StudyInterrupted(interrupted)
     return summary
+
+
+def _check_budget(spec: RunSpec) -> None:
+    """Refuse a budget no trial can learn in: the search never lowers ``learning_starts``, so a
+    run ending before it would prune every trial, one by one, for as many as were asked."""
+    hp = spec.hyperparameters
+    reached = final_env_steps(0, spec.total_env_steps, hp.n_envs)
+    if reached < hp.learning_starts:
+        raise ConfigError(
+            f"total_env_steps {spec.total_env_steps} ends before learning_starts "
+            f"{hp.learning_starts} (the search never lowers it): no trial could run an optimizer "
+            "step; raise --total-steps or lower learning_starts with --set"
+        )
+
+
+class _QuietInterruptedTrials(logging.Filter):
+    """Drops Optuna's "Trial N failed ..." records (a traceback, then the value) for a trial that
+    a signal stopped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trials: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        number = re.match(r"Trial (\d+) failed", record.getMessage())
+        if number and record.exc_info and isinstance(record.exc_info[1], TrialInterrupted):
+            self.trials.add(number[1])
+        return not (number and number[1] in self.trials)
+
+
+@contextmanager
+def _quiet_interrupted_trials() -> Iterator[None]:
+    """Optuna logs a failed trial with its traceback; one stopped by a signal is not an error
+    (trials.csv says what happened to it), so its records are dropped."""
+    logger = logging.getLogger("optuna.study._optimize")
+    quiet = _QuietInterruptedTrials()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)

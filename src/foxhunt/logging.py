@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import logging as _stdlib_logging
 import math
 import numbers
+import os
+import sys
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -30,6 +34,8 @@ from foxhunt.errors import FoxhuntError
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Task
+
+log = _stdlib_logging.getLogger(__name__)
 
 __all__ = [
     "METRIC_COLUMNS",
@@ -286,10 +292,78 @@ def quiet(on: bool = True) -> Iterator[None]:
         _QUIET.reset(token)
 
 
+_STDOUT_LOST: list[str] = []  # why stdout was given up, once it was
+
+
+def _lose_stdout(err: BaseException | None = None) -> None:
+    """stdout's reader went away (a closed pipe: ``| head``, a dead ``tee``; a hung-up
+    terminal): stop writing to it and go on. A run's results are its directory, not stdout, and
+    the error (rich turns a broken pipe into ``SystemExit(1)``) ended training without a
+    checkpoint. stdout's descriptor is pointed at /dev/null, so nothing written later (Python's
+    own flush at exit included) can fail again."""
+    if _STDOUT_LOST:
+        return
+    reason = (err.strerror or type(err).__name__) if isinstance(err, OSError) else ""
+    _STDOUT_LOST.append(reason)
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no descriptor: a notebook
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    why = f" ({_STDOUT_LOST[0]})" if _STDOUT_LOST[0] else ""
+    log.warning(
+        "stdout is closed%s: foxhunt prints nothing more there and carries on; the run "
+        "directory keeps its metrics, checkpoints and results",
+        why,
+    )
+
+
 def say(message: str) -> None:
-    """Print one of foxhunt's messages to stdout, unless in a :func:`quiet` block."""
-    if not _QUIET.get():
-        print(message)
+    """Print one of foxhunt's messages to stdout, unless in a :func:`quiet` block.
+
+    Flushed at once, so a reader gone away is met here (and survived), not at exit; a character
+    stdout's encoding lacks (a run directory's name, on an ASCII stream) is escaped."""
+    if _QUIET.get() or _STDOUT_LOST:
+        return
+    try:
+        try:
+            print(message, flush=True)
+        except UnicodeEncodeError:
+            encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+            print(message.encode(encoding, "backslashreplace").decode(encoding), flush=True)
+    except OSError as err:
+        _lose_stdout(err)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    from rich.console import Console as _Console
+
+    class _StdoutConsole(_Console):
+        """rich's console, but a reader gone away stops the output, not the process."""
+
+        def on_broken_pipe(self) -> None:  # rich >= 13.4 calls this instead of raising
+            self.quiet = True
+            _lose_stdout(BrokenPipeError(32, "Broken pipe"))
+
+    return _StdoutConsole
+
+
+def _console() -> Console:
+    """A console on stdout for the progress display and the summary table."""
+    return _console_class()()
+
+
+def _print(console: Console, renderable: Any, **kwargs: Any) -> None:
+    """``console.print``, surviving a reader gone away (older rich raises the OSError)."""
+    if _STDOUT_LOST and console.file is sys.stdout:
+        return
+    try:
+        console.print(renderable, **kwargs)
+    except OSError as err:
+        console.quiet = True
+        _lose_stdout(err)
 
 
 # (metrics key, short label) shown live and in plain progress lines.
@@ -358,9 +432,7 @@ class ProgressDisplay:
         self._closed = False
         if not enabled:
             return
-        from rich.console import Console as _Console
-
-        self._console = console if console is not None else _Console()
+        self._console = console if console is not None else _console()
         self._start = time.monotonic()
         self._last_printed_steps: int | None = None
         self._next_print_steps = 0
@@ -437,7 +509,7 @@ class ProgressDisplay:
         metrics = _format_metrics(self._latest)
         if metrics:
             parts.append(metrics)
-        self._console.print(" | ".join(parts), markup=False, highlight=False, soft_wrap=True)
+        _print(self._console, " | ".join(parts), markup=False, highlight=False, soft_wrap=True)
         self._last_printed_steps = self._env_steps
 
     def close(self) -> None:
@@ -446,7 +518,10 @@ class ProgressDisplay:
             return
         self._closed = True
         if self._progress is not None:
-            self._progress.stop()
+            try:
+                self._progress.stop()
+            except OSError as err:  # the terminal hung up
+                _lose_stdout(err)
         elif self._last_printed_steps != self._env_steps:
             self._print_line()
 
@@ -467,7 +542,6 @@ def print_summary(summary: Mapping[str, object], console: Console | None = None)
     Not printed in a :func:`quiet` block unless ``console`` is given."""
     if console is None and _QUIET.get():
         return
-    from rich.console import Console as _Console
     from rich.table import Table
 
     table = Table(title="foxhunt training summary", show_header=True, header_style="bold")
@@ -483,4 +557,4 @@ def print_summary(summary: Mapping[str, object], console: Console | None = None)
                 table.add_row(name, "-" if value is None else _format_number(value))
 
     add("", summary)
-    (console if console is not None else _Console()).print(table)
+    _print(console if console is not None else _console(), table)

@@ -39,6 +39,7 @@ from foxhunt.errors import (
     TrainingHalted,
     TrainingInterrupted,
     first_line,
+    stop_signals,
 )
 from foxhunt.health import HealthMonitor
 from foxhunt.learner import DQNAgent
@@ -141,17 +142,17 @@ def make_vector_env(env: EnvLike, n_envs: int, backend: str = "sync") -> gym.vec
 
 @contextlib.contextmanager
 def _worker_signals() -> Iterator[None]:
-    """Signal handling that forked env workers inherit: Ctrl-C (sent to the whole process group)
-    is ignored, since the trainer stops them after its checkpoint (a worker dying first broke
-    the pipe mid-save), and SIGTERM is the default again (the CLI's handler raised
-    KeyboardInterrupt in a worker being closed, printing its traceback)."""
+    """Signal handling that env workers inherit (forked, or spawned: an ignored signal stays
+    ignored across exec): the stop signals sent to a whole process group (Ctrl-C; SIGTERM from
+    Slurm, systemd or ``kill -- -PGID``; SIGHUP from a closed terminal) are ignored, since the
+    trainer stops its workers after its checkpoint. A worker that died first broke the pipe
+    mid-save or while closing (a SIGTERM run then ended as "error: Broken pipe"), and one that
+    ran the CLI's handler printed a KeyboardInterrupt traceback. A worker whose trainer is gone
+    meets the closed pipe and ends."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {
-        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
-        signal.SIGTERM: signal.signal(signal.SIGTERM, signal.SIG_DFL),
-    }
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stop_signals()}
     try:
         yield
     finally:
@@ -1047,13 +1048,14 @@ class DQNTrainer:
 
     @contextlib.contextmanager
     def _deferred_sigint(self) -> Iterator[None]:
-        """Turn the first Ctrl-C or SIGTERM (kill, docker stop, Slurm) into a request honoured
-        at the next loop boundary, so the run stops with a checkpoint to resume.
+        """Turn the first Ctrl-C, SIGTERM (kill, docker stop, Slurm) or SIGHUP (a closed
+        terminal; not under nohup) into a request honoured at the next loop boundary, so the run
+        stops with a checkpoint to resume.
 
         A second signal interrupts at once (no checkpoint), for a loop stuck in a slow env;
-        a SIGTERM again within ``_REPEAT_S`` of the first is that one delivered twice (Slurm's
-        scancel, systemd and ``kill`` of a job's pids signal torchrun's workers directly, and
-        torchrun forwards its own copy a millisecond later), not a second ask.
+        a SIGTERM or SIGHUP again within ``_REPEAT_S`` of the first is that one delivered twice
+        (Slurm's scancel, systemd and ``kill`` of a job's pids signal torchrun's workers
+        directly, and torchrun forwards its own copy a millisecond later), not a second ask.
         """
         self._interrupt_requested = 0  # the signal number asking to stop; 0 while none did
         if threading.current_thread() is not threading.main_thread():
@@ -1063,7 +1065,7 @@ class DQNTrainer:
 
         def request(signum: int, frame: Any) -> None:
             if self._interrupt_requested:
-                if signum == self._interrupt_requested == signal.SIGTERM and (
+                if signum == self._interrupt_requested != signal.SIGINT and (
                     time.monotonic() - first[0] < self._REPEAT_S
                 ):
                     return  # one stop request delivered twice (a double Ctrl-C still forces)
@@ -1071,8 +1073,7 @@ class DQNTrainer:
             self._interrupt_requested = signum
             first[0] = time.monotonic()
 
-        stops = (signal.SIGINT, signal.SIGTERM)
-        previous = {sig: signal.signal(sig, request) for sig in stops}
+        previous = {sig: signal.signal(sig, request) for sig in stop_signals()}
         try:
             yield
         finally:

@@ -473,6 +473,12 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
                 coerced = pd.to_datetime(text, utc=True, errors="coerce", format="mixed")
             bad = np.asarray(pd.isna(coerced))
             pos = int(np.argmax(bad)) if bad.any() else 0
+            year = None
+            with contextlib.suppress(ValueError, TypeError, OverflowError):
+                year = pd.Timestamp(text.iloc[pos]).year  # any year: not in nanoseconds
+            if year is not None and not 1678 <= year <= 2261:
+                # pandas before 3 refuses such a date as unparseable, not as out of range.
+                raise _out_of_range(label, column, raw, pos)
             raise fail_at(pos, "cannot parse timestamp")
     try:
         parsed = parsed.as_unit("ns")
@@ -480,14 +486,18 @@ def _parse_timestamps(raw: pd.Series, label: str, column: str) -> pd.DatetimeInd
         years = np.asarray(parsed.year)
         outside = (years < 1678) | (years > 2261)
         pos = int(np.argmax(outside)) if outside.any() else 0
-        raise DataError(
-            f"{label}: column {column!r} row {pos + 1}: timestamp {_fmt(raw.iloc[pos])} is "
-            "outside the supported range (1677-2262)"
-        ) from None
+        raise _out_of_range(label, column, raw, pos) from None
     nat = np.asarray(pd.isna(parsed))
     if nat.any():
         raise fail_at(int(np.argmax(nat)), "cannot parse timestamp")
     return parsed
+
+
+def _out_of_range(label: str, column: str, raw: pd.Series, pos: int) -> DataError:
+    return DataError(
+        f"{label}: column {column!r} row {pos + 1}: timestamp {_fmt(raw.iloc[pos])} is "
+        "outside the supported range (1677-2262)"
+    )
 
 
 _ISO = re.compile(
@@ -520,6 +530,16 @@ def midnight_offsets_in_utc() -> Iterator[None]:
         _LOCAL_DATES.reset(token)
 
 
+_PANDAS_3 = int(pd.__version__.split(".")[0]) >= 3
+
+
+def _for_regex(text: pd.Series) -> pd.Series:
+    """``text`` as pandas can run this module's compiled patterns on: pandas 2 hands pyarrow
+    every pattern (where ``\\d`` on non-ASCII digits and ``$`` before a newline answer otherwise
+    than in ``re``) and no compiled one (AttributeError), so Python's ``re`` runs them there."""
+    return text.astype(object) if _arrow_backed(text) and not _PANDAS_3 else text
+
+
 def _arrow_backed(text: pd.Series) -> bool:
     """Whether pandas runs ``text.str`` regexes in pyarrow's RE2 (where RE2 agrees with ``re``)."""
     dtype = text.dtype
@@ -535,6 +555,7 @@ def _regex_rows(text: pd.Series, pattern: re.Pattern[str], *, full: bool) -> np.
     Written as one space it matches a subset of the rows, written as any character a superset;
     two RE2 passes settle every row outside the gap between them, and ``re`` decides the rest
     (none in a usual file). ``text`` holds no missing values (the callers' ``astype(str)``)."""
+    text = _for_regex(text)
     pat = pattern.pattern
     search = text.str.fullmatch if full else text.str.contains
     if "\\s" not in pat or not _arrow_backed(text) or re.search(r"\[[^\]]*\\s", pat):
@@ -558,7 +579,7 @@ def _fullmatch_all(text: pd.Series, pattern: re.Pattern[str]) -> bool:
     """``text.str.fullmatch(pattern).all()``: a first value that fails settles it without a pass
     over every row."""
     if text.isna().any():  # pandas' own answer: .all() passes over the missing values
-        return bool(text.str.fullmatch(pattern).all())
+        return bool(_for_regex(text).str.fullmatch(pattern).all())
     first = text.iloc[0] if len(text) else None
     if isinstance(first, str) and pattern.fullmatch(first) is None:
         return False
